@@ -1,0 +1,292 @@
+"""The Faust app: thin agents around the pure stages in :mod:`streams`.
+
+    telemetry.<layer>  --ingest-->  anomalies  --correlate-->  alerts
+         (decode, validate, normalise,          (per-job timeline,
+          rate, detect, map to jobs)             first mover, verdict)
+
+- ``ingest`` keeps one :class:`streams.pipeline.PartitionPipeline` per input partition (plain
+  objects, numpy state) and snapshots it to the ``detector_state`` table every
+  ``snapshot_interval_s`` of event time; after a restart or rebalance the snapshot is restored.
+- A timer broadcasts each owned input partition's event-time progress (a watermark record) to
+  every ``anomalies`` partition, after the anomalies it covers.
+- ``correlate`` keeps one :class:`streams.correlate.Correlator` per ``anomalies`` partition and
+  snapshots it to ``correlator_state``.
+
+Bad input never stops an agent: it becomes a dead letter on ``dlq``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+import orjson
+
+from agents import transport
+from agents.kafka import faust_credentials
+from agents.metrics import WorkerMetrics
+from agents.topics import CORRELATOR_STATE_TABLE, DETECTOR_STATE_TABLE, TopicCatalogue
+from models.settings import LockstepSettings
+from streams.correlate import Correlator, CorrelatorConfig
+from streams.detect import DetectorConfig
+from streams.inventory import InventoryIndex
+from streams.pipeline import Origin, PartitionPipeline
+
+log = logging.getLogger("lockstep.agents")
+
+
+def detector_config(settings: LockstepSettings) -> DetectorConfig:
+    return DetectorConfig(
+        window=settings.baseline_window, min_samples=settings.baseline_min_samples,
+        z_threshold=settings.z_threshold, score_threshold=settings.score_threshold,
+        confirm=settings.confirm_samples, clear=settings.clear_samples,
+        min_relative_change=settings.min_relative_change,
+    )
+
+
+def correlator_config(settings: LockstepSettings) -> CorrelatorConfig:
+    return CorrelatorConfig(
+        allowed_lateness_s=settings.allowed_lateness_s, grace_s=settings.grace_s, lookback_s=settings.lookback_s,
+        resolve_after_s=settings.resolve_after_s, critical_gpus=settings.critical_gpus,
+        critical_ratio=settings.critical_ratio, idle_s=settings.watermark_idle_s, public_url=settings.public_url,
+    )
+
+
+@dataclass
+class WorkerState:
+    """Everything the agents of one worker process hold in memory."""
+
+    inventory: InventoryIndex
+    pipelines: dict[str, PartitionPipeline] = field(default_factory=dict)
+    correlators: dict[int, Correlator] = field(default_factory=dict)
+    published_wm: dict[str, float] = field(default_factory=dict)
+    eos: set[str] = field(default_factory=set)
+    wm_dirty: bool = False
+    last_snapshot_wm: dict[str, float] = field(default_factory=dict)
+    finished_partitions: set[int] = field(default_factory=set)
+
+
+def build_app(
+    settings: LockstepSettings,
+    bootstrap: str,
+    inventory: InventoryIndex,
+    *,
+    metrics: WorkerMetrics | None = None,
+    expected_origins: set[str] | None = None,
+    on_finished: Callable[[int], None] | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> tuple[faust.App, WorkerState]:
+    """Build the Faust app and its agents.
+
+    ``expected_origins`` (replay) makes correlation wait for every input partition instead of
+    skipping idle ones, and ``on_finished(partition)`` is called once a correlation partition has
+    seen the end of every input.
+    """
+    transport.register()
+    cat = TopicCatalogue(settings)
+    metrics = metrics or WorkerMetrics()
+    state = WorkerState(inventory)
+    dcfg = detector_config(settings)
+    ccfg = correlator_config(settings)
+    session = 10.0 if settings.embedded_broker else 30.0
+    app = faust.App(
+        settings.app_id,
+        broker=f"lockstep://{bootstrap.split(',')[0]}",
+        broker_credentials=faust_credentials(settings),
+        store="memory://",
+        datadir=str(settings.data_dir),
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.kafka_replication_factor,
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        producer_linger_ms=settings.kafka_producer_linger_ms,
+        broker_session_timeout=session,
+        broker_heartbeat_interval=session / 10,
+        broker_rebalance_timeout=session,
+        broker_request_timeout=max(90.0, session * 3),
+        broker_commit_interval=1.0,
+        web_enabled=False,
+        table_cleanup_interval=3600.0,
+        loop=loop,
+    )
+    app.lockstep_fetch_max_wait_ms = settings.kafka_fetch_max_wait_ms  # read by agents.transport
+    if len(bootstrap.split(",")) > 1:
+        app.conf.broker = [f"lockstep://{b.strip()}" for b in bootstrap.split(",")]
+
+    telemetry_topic = app.topic(*cat.telemetry_topics, key_serializer="raw", value_serializer="raw",
+                                partitions=settings.partitions)
+    anomalies_topic = app.topic(cat.anomalies, key_serializer="raw", value_serializer="raw",
+                                partitions=settings.partitions)
+    alerts_topic = app.topic(cat.alerts, key_serializer="raw", value_serializer="raw",
+                             partitions=settings.alerts_partitions)
+    dlq_topic = app.topic(cat.dlq, key_serializer="raw", value_serializer="raw", partitions=1)
+    raw_schema = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+    detector_table = app.Table(DETECTOR_STATE_TABLE, default=None, partitions=settings.partitions,
+                               schema=raw_schema)
+    correlator_table = app.Table(CORRELATOR_STATE_TABLE, default=None, partitions=settings.partitions,
+                                 schema=raw_schema)
+
+    async def dead_letter(record: dict[str, Any]) -> None:
+        metrics.dead_letters.labels(record["stage"], record["error"]).inc()
+        key = record.get("key")
+        await dlq_topic.send(key=key.encode() if key else None, value=orjson.dumps(record))
+
+    def pipeline_for(origin: str) -> PartitionPipeline:
+        pipe = state.pipelines.get(origin)
+        if pipe is None:
+            pipe = PartitionPipeline(origin, dcfg, inventory)
+            blob = detector_table.get(origin.encode())
+            if blob:
+                try:
+                    pipe.restore(blob)
+                    metrics.restores.labels(DETECTOR_STATE_TABLE).inc()
+                    log.info("restored %s: %d series, watermark %s", origin, len(pipe.registry), pipe.watermark)
+                except Exception:
+                    log.exception("snapshot of %s unusable; starting from an empty baseline", origin)
+                    pipe = PartitionPipeline(origin, dcfg, inventory)
+            state.pipelines[origin] = pipe
+        return pipe
+
+    @app.agent(telemetry_topic, name="ingest")
+    async def ingest(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.events():
+            msg = event.message
+            origin = Origin(msg.topic, msg.partition, msg.offset, msg.timestamp, msg.key)
+            pipe = pipeline_for(origin.name)
+            started = time.perf_counter()
+            out = pipe.process(event.value, origin)
+            metrics.stage_seconds.labels("ingest").observe(time.perf_counter() - started)
+            metrics.messages_in.labels(msg.topic).inc()
+            for layer, n in out.by_layer.items():
+                metrics.samples_in.labels(msg.topic, layer).inc(n)
+            if out.out_of_order:
+                metrics.out_of_order.labels(msg.topic).inc(out.out_of_order)
+            if out.duplicates:
+                metrics.duplicates.labels(msg.topic).inc(out.duplicates)
+            if out.resets:
+                metrics.counter_resets.labels(msg.topic).inc(out.resets)
+            if out.unknown_metrics:
+                metrics.unknown_metrics.labels(msg.topic).inc(out.unknown_metrics)
+            if out.unmapped_anomalies:
+                metrics.unmapped.inc(out.unmapped_anomalies)
+            for dl in out.dead_letters:
+                await dead_letter(dl.to_record(origin, (msg.timestamp or 0.0)))
+            for rec in out.anomalies:
+                metrics.anomalies.labels(rec["layer"], rec["phase"]).inc()
+                await anomalies_topic.send(key=rec["job_id"].encode(), value=orjson.dumps(rec))
+            # Publish progress only after the anomalies it covers were handed to the producer.
+            if out.max_ts is not None and pipe.watermark is not None:
+                state.published_wm[origin.name] = pipe.watermark
+                state.wm_dirty = True
+            if out.control == "eos":
+                state.eos.add(origin.name)
+                await broadcast_watermarks()
+            if pipe.watermark is not None:
+                last = state.last_snapshot_wm.get(origin.name)
+                if last is None or pipe.watermark - last >= settings.snapshot_interval_s:
+                    detector_table[origin.name.encode()] = pipe.snapshot()
+                    state.last_snapshot_wm[origin.name] = pipe.watermark
+                    metrics.snapshots.labels(DETECTOR_STATE_TABLE).inc()
+                    metrics.series.labels(origin.name).set(len(pipe.registry))
+
+    async def broadcast_watermarks() -> None:
+        if not state.published_wm and not state.eos:
+            return
+        value = orjson.dumps({"type": "watermark", "origins": state.published_wm, "eos": sorted(state.eos)})
+        state.wm_dirty = False
+        for partition in range(settings.partitions):
+            await anomalies_topic.send(key=None, value=value, partition=partition)
+
+    @app.timer(settings.watermark_interval_s, name="broadcast_watermarks")
+    async def watermark_timer() -> None:
+        if state.wm_dirty:
+            await broadcast_watermarks()
+
+    def correlator_for(partition: int) -> Correlator:
+        corr = state.correlators.get(partition)
+        if corr is None:
+            corr = Correlator(ccfg, inventory, expected_origins)
+            blob = correlator_table.get(str(partition).encode())
+            if blob:
+                try:
+                    corr.restore(orjson.loads(blob), time.monotonic())
+                    metrics.restores.labels(CORRELATOR_STATE_TABLE).inc()
+                except Exception:
+                    log.exception("correlator snapshot of partition %d unusable; starting empty", partition)
+                    corr = Correlator(ccfg, inventory, expected_origins)
+            state.correlators[partition] = corr
+        return corr
+
+    async def emit_alerts(alerts: list[dict[str, Any]]) -> None:
+        for alert in alerts:
+            metrics.alerts.labels(alert["type"], alert["severity"], alert["status"]).inc()
+            await alerts_topic.send(key=(alert.get("job_id") or "").encode(), value=orjson.dumps(alert))
+
+    @app.agent(anomalies_topic, name="correlate")
+    async def correlate(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.events():
+            partition = event.message.partition
+            corr = correlator_for(partition)
+            try:
+                rec = orjson.loads(event.value)
+            except orjson.JSONDecodeError as exc:
+                await dead_letter(_dl("correlate", f"not JSON: {exc}", event))
+                continue
+            if not isinstance(rec, dict):
+                await dead_letter(_dl("correlate", "record is not an object", event))
+                continue
+            before = len(corr.jobs), corr.watermark
+            try:
+                out = corr.on_record(rec, time.monotonic())
+            except (KeyError, TypeError, ValueError) as exc:
+                await dead_letter(_dl("correlate", f"malformed anomaly record: {exc!r}", event))
+                continue
+            if out.late:
+                metrics.late.inc(len(out.late))
+            await emit_alerts(out.alerts)
+            metrics.watermark.labels(str(partition)).set(corr.watermark if corr.watermark > -1e300 else 0)
+            if out.alerts or rec.get("type") == "anomaly" or (len(corr.jobs), corr.watermark) != before:
+                correlator_table[str(partition).encode()] = orjson.dumps(corr.snapshot())
+            if out.finished:
+                state.finished_partitions.add(partition)
+                if on_finished is not None:
+                    on_finished(partition)
+
+    @app.timer(1.0, name="tick_correlators")
+    async def tick_correlators() -> None:
+        for corr in list(state.correlators.values()):
+            await emit_alerts(corr.tick(time.monotonic()).alerts)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(app: faust.App, revoked: set[Any], **kwargs: Any) -> None:
+        for tp in revoked:
+            state.pipelines.pop(f"{tp.topic}:{tp.partition}", None)
+            state.published_wm.pop(f"{tp.topic}:{tp.partition}", None)
+            state.last_snapshot_wm.pop(f"{tp.topic}:{tp.partition}", None)
+            if tp.topic == cat.anomalies:
+                state.correlators.pop(tp.partition, None)
+
+    app.lockstep_state = state
+    app.lockstep_metrics = metrics
+    app.lockstep_dead_letter = dead_letter
+    return app, state
+
+
+def _dl(stage: str, reason: str, event: Any) -> dict[str, Any]:
+    import base64
+
+    msg = event.message
+    raw = event.value if isinstance(event.value, bytes | bytearray) else bytes(str(event.value), "utf-8")
+    return {
+        "stage": stage, "reason": reason, "error": "ValidationFailed", "topic": msg.topic,
+        "partition": msg.partition, "offset": msg.offset, "record": None,
+        "original": base64.b64encode(raw).decode("ascii"), "original_size": len(raw),
+        "key": msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else None,
+        "ts": msg.timestamp or 0.0, "retryable": False,
+    }

@@ -1,0 +1,133 @@
+"""Every worker reads the whole ``inventory`` topic into its own :class:`InventoryIndex`.
+
+At start-up the topic is read up to its end offsets *before* the worker consumes telemetry, so
+anomalies are never mapped against a half-loaded inventory; afterwards a background task follows
+new events. Inventory is global state: no consumer group, every partition, from the beginning.
+Events that fail validation go to the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from pydantic import ValidationError
+
+from agents.kafka import client_kwargs
+from models.inventory import inventory_adapter
+from models.settings import LockstepSettings
+from streams.inventory import InventoryIndex
+
+log = logging.getLogger("lockstep.inventory")
+
+DeadLetterSink = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def parse_inventory(raw: bytes) -> tuple[Any | None, str | None]:
+    """Decode one inventory message: ``(event, None)`` or ``(None, reason)``."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return None, f"not JSON: {exc}"
+    try:
+        return inventory_adapter.validate_python(doc), None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return None, f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+
+
+class InventoryReader:
+    def __init__(self, settings: LockstepSettings, bootstrap: str, topic: str, index: InventoryIndex,
+                 dead_letter: DeadLetterSink | None = None) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.index = index
+        self.dead_letter = dead_letter
+        self.consumer: AIOKafkaConsumer | None = None
+        self.applied = 0
+        self.rejected = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def load(self, timeout_s: float = 60.0) -> int:
+        """Read the topic up to its current end; return how many events were applied."""
+        consumer = AIOKafkaConsumer(**client_kwargs(self.settings, self.bootstrap), enable_auto_commit=False,
+                                    group_id=None, auto_offset_reset="earliest",
+                                    fetch_max_wait_ms=self.settings.kafka_fetch_max_wait_ms)
+        await consumer.start()
+        self.consumer = consumer
+        partitions = consumer.partitions_for_topic(self.topic) or set()
+        if not partitions:
+            await consumer.force_metadata_update()
+            partitions = consumer.partitions_for_topic(self.topic) or set()
+        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not await _caught_up(consumer, tps, end):
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"inventory not loaded within {timeout_s}s")
+            await self._poll(500)
+        log.info("inventory loaded: %d events (%d rejected)", self.applied, self.rejected)
+        return self.applied
+
+    async def _poll(self, timeout_ms: int) -> None:
+        assert self.consumer is not None
+        batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=5000)
+        for tp, messages in batches.items():
+            for msg in messages:
+                if msg.value is None:  # a tombstone: compaction deletes the key
+                    continue
+                event, reason = parse_inventory(msg.value)
+                if event is None:
+                    self.rejected += 1
+                    if self.dead_letter is not None:
+                        await self.dead_letter({
+                            "stage": "inventory", "reason": reason, "error": "ValidationFailed",
+                            "topic": tp.topic, "partition": tp.partition, "offset": msg.offset, "record": None,
+                            "original": base64.b64encode(msg.value).decode("ascii"),
+                            "original_size": len(msg.value),
+                            "key": msg.key.decode("utf-8", "replace") if msg.key else None,
+                            "ts": msg.timestamp / 1000.0, "retryable": False,
+                        })
+                    continue
+                self.index.apply(event)
+                self.applied += 1
+
+    def follow(self) -> None:
+        """Keep applying new inventory events in the background."""
+
+        async def loop() -> None:
+            while True:
+                try:
+                    await self._poll(1000)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("inventory follower failed; retrying in 1 s")
+                    await asyncio.sleep(1.0)
+
+        self._task = asyncio.get_running_loop().create_task(loop(), name="inventory-follower")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.consumer is not None:
+            await self.consumer.stop()
+
+
+async def _caught_up(consumer: Any, tps: list[Any], end: dict[Any, int]) -> bool:
+    for tp in tps:
+        if await consumer.position(tp) < end[tp]:
+            return False
+    return True

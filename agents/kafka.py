@@ -1,0 +1,75 @@
+"""Connection settings for every Kafka client Lockstep makes (Faust's and our own aiokafka ones).
+
+One place turns :class:`models.settings.LockstepSettings` into client arguments, so SASL and TLS
+apply alike to producers, consumers, admin clients and the Faust app.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+from models.settings import LockstepSettings, SecurityProtocol
+
+
+def ssl_context(settings: LockstepSettings) -> ssl.SSLContext | None:
+    """A TLS context for SSL and SASL_SSL, from the configured CA, certificate and key."""
+    if settings.kafka_security_protocol not in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL):
+        return None
+    ctx = ssl.create_default_context(cafile=str(settings.kafka_ssl_cafile) if settings.kafka_ssl_cafile else None)
+    ctx.check_hostname = settings.kafka_ssl_check_hostname
+    if settings.kafka_ssl_certfile:
+        password = settings.kafka_ssl_key_password.get_secret_value() if settings.kafka_ssl_key_password else None
+        ctx.load_cert_chain(
+            str(settings.kafka_ssl_certfile),
+            str(settings.kafka_ssl_keyfile) if settings.kafka_ssl_keyfile else None,
+            password=password,
+        )
+    return ctx
+
+
+def client_kwargs(settings: LockstepSettings, bootstrap: str) -> dict[str, Any]:
+    """Keyword arguments shared by aiokafka producers, consumers and admin clients."""
+    kwargs: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "security_protocol": settings.kafka_security_protocol.value,
+    }
+    ctx = ssl_context(settings)
+    if ctx is not None:
+        kwargs["ssl_context"] = ctx
+    if settings.kafka_sasl_mechanism is not None:
+        kwargs["sasl_mechanism"] = settings.kafka_sasl_mechanism.value
+        kwargs["sasl_plain_username"] = settings.kafka_sasl_username
+        kwargs["sasl_plain_password"] = (
+            settings.kafka_sasl_password.get_secret_value() if settings.kafka_sasl_password else None
+        )
+    return kwargs
+
+
+def faust_credentials(settings: LockstepSettings) -> Any:
+    """Faust's credentials object for the configured security protocol (None for PLAINTEXT)."""
+    from faust.auth import SASLCredentials, SSLCredentials
+
+    proto = settings.kafka_security_protocol
+    ctx = ssl_context(settings)
+    if proto in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
+        assert settings.kafka_sasl_mechanism is not None and settings.kafka_sasl_password is not None
+        return SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=settings.kafka_sasl_password.get_secret_value(),
+            mechanism=settings.kafka_sasl_mechanism.value,
+            ssl_context=ctx,
+        )
+    if proto is SecurityProtocol.SSL:
+        return SSLCredentials(ctx)
+    return None
+
+
+async def start_producer(settings: LockstepSettings, bootstrap: str, **extra: Any) -> Any:
+    """A started aiokafka producer with the deployment's security settings."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(**client_kwargs(settings, bootstrap), linger_ms=settings.kafka_producer_linger_ms,
+                                max_request_size=8 * 1024 * 1024, **extra)
+    await producer.start()
+    return producer

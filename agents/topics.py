@@ -1,0 +1,147 @@
+"""The topic catalogue: every topic Lockstep reads or writes, in one place.
+
+Each entry says its partitions, what the record key is, and its retention or compaction. Topics are
+created explicitly (``lockstep topics create``, idempotent) before any worker starts: a topic a
+broker auto-creates gets the broker's default partition count, and Faust refuses a table whose
+changelog partition count differs from its source.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from models.samples import Layer
+from models.settings import LockstepSettings
+
+log = logging.getLogger("lockstep.topics")
+
+#: Faust tables (their changelogs are ``<app_id>-<table>-changelog``).
+DETECTOR_STATE_TABLE = "detector_state"
+CORRELATOR_STATE_TABLE = "correlator_state"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    key: str
+    purpose: str
+    retention_ms: int | None = None
+    compact: bool = False
+    config: dict[str, str] = field(default_factory=dict)
+
+    def topic_config(self) -> dict[str, str]:
+        cfg = {"cleanup.policy": "compact" if self.compact else "delete"}
+        if self.retention_ms is not None:
+            cfg["retention.ms"] = str(self.retention_ms)
+        cfg.update(self.config)
+        return cfg
+
+
+@dataclass(frozen=True)
+class TopicCatalogue:
+    """Topic names for one deployment (``topic_prefix`` applied)."""
+
+    settings: LockstepSettings
+
+    def _n(self, name: str) -> str:
+        return f"{self.settings.topic_prefix}{name}"
+
+    def telemetry(self, layer: Layer | str) -> str:
+        return self._n(f"telemetry.{Layer(layer).value}")
+
+    @property
+    def telemetry_topics(self) -> list[str]:
+        return [self.telemetry(layer) for layer in Layer]
+
+    @property
+    def inventory(self) -> str:
+        return self._n("inventory")
+
+    @property
+    def anomalies(self) -> str:
+        return self._n("anomalies")
+
+    @property
+    def alerts(self) -> str:
+        return self._n("alerts")
+
+    @property
+    def dlq(self) -> str:
+        return self._n("dlq")
+
+    @property
+    def stats(self) -> str:
+        return self._n("stats")
+
+    def changelog(self, table: str) -> str:
+        return f"{self.settings.app_id}-{table}-changelog"
+
+    def telemetry_origins(self) -> set[str]:
+        """Every input partition (``topic:partition``) whose progress drives the watermarks."""
+        return {f"{t}:{p}" for t in self.telemetry_topics for p in range(self.settings.partitions)}
+
+    def specs(self) -> list[TopicSpec]:
+        s = self.settings
+        p = s.partitions
+        specs = [
+            TopicSpec(self.telemetry(layer), p, "job_id" if layer is Layer.STEP else "source",
+                      f"{layer.value} samples (one or a batch per message)", s.telemetry_retention_ms)
+            for layer in Layer
+        ]
+        specs += [
+            TopicSpec(self.inventory, s.inventory_partitions, "job:<id> | link:<node>:<dev>:<port> | switch:<name> "
+                      "| pool:<name>", "jobs, links, switch tiers, pools (latest per key is current)", compact=True),
+            TopicSpec(self.anomalies, p, "job_id", "anomaly episodes per job, and watermarks", 24 * 3600 * 1000),
+            TopicSpec(self.alerts, s.alerts_partitions, "job_id", "enriched alerts (firing/resolved)",
+                      s.alerts_retention_ms),
+            TopicSpec(self.stats, s.alerts_partitions, "job_id", "per-job percentile summaries for capacity teams",
+                      s.alerts_retention_ms),
+            TopicSpec(self.dlq, 1, "original key", "dead letters: reason, original bytes, where they came from",
+                      7 * 24 * 3600 * 1000),
+            TopicSpec(self.changelog(DETECTOR_STATE_TABLE), p, "topic:partition",
+                      "snapshots of per-partition detector state", compact=True),
+            TopicSpec(self.changelog(CORRELATOR_STATE_TABLE), p, "partition",
+                      "snapshots of per-partition correlation state", compact=True),
+        ]
+        return specs
+
+
+async def create_topics(settings: LockstepSettings, bootstrap: str) -> list[str]:
+    """Create every catalogue topic that does not exist yet; return the names created.
+
+    Idempotent. An existing topic with a different partition count is an error (Faust would
+    refuse it later, less clearly).
+    """
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from agents.kafka import client_kwargs
+    from models.errors import ConfigError
+
+    specs = TopicCatalogue(settings).specs()
+    admin = AIOKafkaAdminClient(**client_kwargs(settings, bootstrap))
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [s for s in specs if s.name not in existing]
+        present = [s for s in specs if s.name in existing]
+        if present:
+            described = await admin.describe_topics([s.name for s in present])
+            counts = {d["topic"]: len(d["partitions"]) for d in described}
+            for spec in present:
+                have = counts.get(spec.name)
+                if have is not None and have != spec.partitions:
+                    raise ConfigError(
+                        f"topic {spec.name} has {have} partitions, the catalogue says {spec.partitions}: "
+                        "set LOCKSTEP_PARTITIONS to match or recreate the topic"
+                    )
+        if missing:
+            await admin.create_topics([
+                NewTopic(s.name, s.partitions, settings.kafka_replication_factor, topic_configs=s.topic_config())
+                for s in missing
+            ])
+            log.info("created topics: %s", ", ".join(s.name for s in missing))
+        return [s.name for s in missing]
+    finally:
+        await admin.close()

@@ -1,0 +1,1 @@
+"""One module per ``lockstep`` command; each exposes ``register(subparsers)``."""

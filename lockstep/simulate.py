@@ -1,0 +1,362 @@
+"""A simulated training cluster: leaf/spine fabric, jobs, storage pools, telemetry at 1 Hz, faults.
+
+Deterministic for a given seed and start time (time is an input: ``Simulator.tick(t)`` produces the
+messages of second ``t``). Faults are data (:class:`Fault`), grouped into named scenarios.
+
+The default cluster: 48 nodes x 8 GPUs on 6 leaves (8 nodes each, downlink ports 15-22) and 2
+spines; InfiniBand on gpu001-040, RoCE on gpu041-048; pools ``lustre-a`` and ``nfs-home``.
+Jobs: ``llm-70b`` (32 nodes, 256 GPUs), ``vision-7b`` (8 nodes, 64 GPUs), ``rec-ft`` (4 nodes, 32
+GPUs, RoCE); gpu045-048 idle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from models.inventory import expand_nodes
+from models.timeutil import parse_ts
+
+#: The seed incident's textbook times: switch errors at 11:42:10, AllReduce +2 s, GPU util +5 s,
+#: step time +8 s.
+SEED_FAULT_TS = parse_ts("2025-11-30T11:42:10Z")
+DEFAULT_START_TS = SEED_FAULT_TS - 70.0
+
+IB_NIC_COUNTERS = ("SymbolErrorCounter", "LinkErrorRecoveryCounter", "LinkDownedCounter", "PortRcvErrors",
+                   "PortXmitDiscards", "PortXmitWait", "PortXmitData", "PortRcvData")
+ROCE_COUNTERS = ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "np_cnp_sent", "rp_cnp_handled",
+                 "rx_discards_phy")
+SWITCH_COUNTERS = ("SymbolErrorCounter", "LinkDownedCounter", "PortRcvErrors", "PortXmitDiscards",
+                   "PortXmitWait", "PortXmitData")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: str
+    nodes: str
+    storage: tuple[str, ...]
+    step_time: float = 1.0
+    start_offset: float = 0.0
+    end_offset: float | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    nodes: int = 48
+    gpus_per_node: int = 8
+    nodes_per_leaf: int = 8
+    spines: int = 2
+    first_port: int = 15
+    roce_from: int = 41
+    pools: tuple[tuple[str, str], ...] = (("lustre-a", "lustre"), ("nfs-home", "nfs"))
+    jobs: tuple[JobSpec, ...] = (
+        JobSpec("llm-70b", "gpu[001-020,025-036]", ("lustre-a",), 1.0, name="llm-70b-pretrain"),
+        JobSpec("vision-7b", "gpu[021-024,037-040]", ("lustre-a",), 0.6, name="vision-7b-ft"),
+        JobSpec("rec-ft", "gpu[041-044]", ("nfs-home",), 0.4, name="recsys-finetune"),
+    )
+
+    def node_names(self) -> list[str]:
+        return [f"gpu{i:03d}" for i in range(1, self.nodes + 1)]
+
+    def leaf_of(self, index: int) -> tuple[str, str]:
+        """Leaf switch and its downlink port for node number ``index`` (1-based)."""
+        leaf = (index - 1) // self.nodes_per_leaf + 1
+        port = self.first_port + (index - 1) % self.nodes_per_leaf
+        return f"leaf{leaf:02d}", str(port)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A change to one signal during ``[start, end)`` seconds after the scenario start.
+
+    ``target`` selects what changes: ``switch_port`` (switch, port), ``nic`` (node), ``nccl``,
+    ``gpu_util``, ``step``, ``loader``, ``cpu`` (nodes of ``job`` or ``node``), ``storage`` (pool),
+    ``xid`` (node, gpu), ``write_burst`` (job), ``clock`` (node, offset seconds).
+    """
+
+    target: str
+    start: float
+    end: float
+    factor: float = 1.0
+    rate: float = 0.0
+    job: str | None = None
+    node: str | None = None
+    switch: str | None = None
+    port: str | None = None
+    pool: str | None = None
+    gpu: int | None = None
+    metric: str | None = None
+
+    def active(self, rel: float) -> bool:
+        return self.start <= rel < self.end
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    duration: float
+    faults: tuple[Fault, ...] = ()
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    expect: str = ""
+
+
+def _seed_faults(fault_at: float, length: float = 60.0, job: str = "llm-70b") -> tuple[Fault, ...]:
+    end = fault_at + length
+    return (
+        Fault("switch_port", fault_at, end, rate=40.0, switch="leaf03", port="17"),
+        Fault("nccl", fault_at + 2, end + 1, factor=2.6, job=job),
+        Fault("gpu_util", fault_at + 5, end + 2, factor=0.45, job=job),
+        Fault("step", fault_at + 8, end + 3, factor=2.0, job=job),
+    )
+
+
+FAULT_AT = SEED_FAULT_TS - DEFAULT_START_TS  # 70 s of healthy warm-up first
+
+SCENARIOS: dict[str, Scenario] = {
+    "seed-incident": Scenario(
+        "seed-incident",
+        "leaf03 port 17 takes symbol errors at 11:42:10; llm-70b's AllReduce rises 2 s later, GPU "
+        "utilisation falls at 5 s, step time doubles at 8 s; all recover after 60 s",
+        duration=FAULT_AT + 110.0,
+        faults=_seed_faults(FAULT_AT),
+        expect="one job_slowdown for llm-70b: network, leaf03 port 17, switch -> nccl -> gpu -> step",
+    ),
+    "healthy": Scenario("healthy", "a healthy cluster; no alert", duration=240.0,
+                        expect="no alert"),
+}
+
+
+@dataclass
+class Message:
+    """One Kafka message the simulator emits: a scrape of one source (or an inventory event)."""
+
+    topic: str  # a layer name, or "inventory"
+    key: str
+    value: Any
+    ts: float
+
+
+class Simulator:
+    """Generates a scenario second by second. Identical seeds and starts give identical output."""
+
+    def __init__(self, scenario: Scenario, start_ts: float = DEFAULT_START_TS, seed: int = 7) -> None:
+        self.scenario = scenario
+        self.cluster = scenario.cluster
+        self.start_ts = start_ts
+        self.rng = np.random.default_rng(seed)
+        c = self.cluster
+        self.nodes = c.node_names()
+        self.node_index = {n: i for i, n in enumerate(self.nodes)}
+        self.job_nodes = {j.job_id: expand_nodes(j.nodes) for j in c.jobs}
+        self.node_job: dict[str, JobSpec] = {}
+        for job in c.jobs:
+            for n in self.job_nodes[job.job_id]:
+                self.node_job[n] = job
+        self.leaves = sorted({c.leaf_of(i)[0] for i in range(1, c.nodes + 1)})
+        self.spines = [f"spine{i:02d}" for i in range(1, c.spines + 1)]
+        n = len(self.nodes)
+        # Cumulative counters, per node and per switch port.
+        self.nic_ctr = np.zeros((n, len(IB_NIC_COUNTERS)))
+        self.roce_ctr = np.zeros((n, len(ROCE_COUNTERS)))
+        self.port_ctr: dict[tuple[str, str], np.ndarray] = {}
+        for i in range(1, c.nodes + 1):
+            self.port_ctr[c.leaf_of(i)] = np.zeros(len(SWITCH_COUNTERS))
+        for leaf in self.leaves:
+            for s in range(len(self.spines)):
+                self.port_ctr[(leaf, str(1 + s))] = np.zeros(len(SWITCH_COUNTERS))
+        self.pool_ctr = {p: np.zeros(2) for p, _ in c.pools}
+        self.gpu_temp = 62 + self.rng.normal(0, 2, (n, c.gpus_per_node))
+        self.last_xid = np.zeros((n, c.gpus_per_node))
+
+    # -- inventory ----------------------------------------------------------------------------
+    def inventory(self) -> list[Message]:
+        """Links, switch tiers, pools and the jobs running at the start."""
+        c = self.cluster
+        ts = self.start_ts - 60.0
+        out: list[Message] = []
+        for i, node in enumerate(self.nodes, start=1):
+            leaf, port = c.leaf_of(i)
+            fabric = "roce" if i >= c.roce_from else "infiniband"
+            out.append(Message("inventory", f"link:{node}:mlx5_0:1", {
+                "kind": "link", "ts": ts, "node": node, "device": "mlx5_0", "port": "1",
+                "switch": leaf, "switch_port": port, "fabric": fabric}, ts))
+        for leaf in self.leaves:
+            out.append(Message("inventory", f"switch:{leaf}", {
+                "kind": "switch", "ts": ts, "switch": leaf, "tier": "leaf", "uplinks": self.spines}, ts))
+        for pool, fs in c.pools:
+            out.append(Message("inventory", f"pool:{pool}", {
+                "kind": "pool", "ts": ts, "pool": pool, "fs_type": fs, "switches": ["stor-leaf01", *self.spines]}, ts))
+        for job in c.jobs:
+            if job.start_offset <= 0:
+                out.append(self._job_event(job, ts, "RUNNING"))
+        return out
+
+    def _job_event(self, job: JobSpec, ts: float, state: str) -> Message:
+        return Message("inventory", f"job:{job.job_id}", {
+            "kind": "job", "ts": ts, "job_id": job.job_id, "state": state, "nodes": job.nodes,
+            "gpus_per_node": self.cluster.gpus_per_node, "storage": list(job.storage), "name": job.name}, ts)
+
+    def _running(self, job: JobSpec, rel: float) -> bool:
+        return job.start_offset <= rel and (job.end_offset is None or rel < job.end_offset)
+
+    # -- telemetry ----------------------------------------------------------------------------
+    def _faults(self, rel: float, target: str) -> list[Fault]:
+        return [f for f in self.scenario.faults if f.target == target and f.active(rel)]
+
+    def _job_factor(self, rel: float, target: str, node: str) -> float:
+        factor = 1.0
+        job = self.node_job.get(node)
+        for f in self._faults(rel, target):
+            if (f.node is not None and f.node == node) or (f.node is None and job is not None and f.job == job.job_id):
+                factor *= f.factor
+        return factor
+
+    def _clock(self, node: str, rel: float) -> float:
+        offset = 0.0
+        for f in self.scenario.faults:
+            if f.target == "clock" and f.node == node:
+                offset += f.rate
+        return offset
+
+    def tick(self, rel: float) -> list[Message]:
+        """All messages for second ``rel`` (seconds since the scenario start)."""
+        c = self.cluster
+        t = self.start_ts + rel
+        rng = self.rng
+        out: list[Message] = []
+        # Job lifecycle events inside the scenario.
+        for job in c.jobs:
+            if job.start_offset > 0 and abs(rel - job.start_offset) < 0.5:
+                out.append(self._job_event(job, t, "RUNNING"))
+            if job.end_offset is not None and abs(rel - job.end_offset) < 0.5:
+                out.append(self._job_event(job, t, "COMPLETED"))
+        g = c.gpus_per_node
+        for i, node in enumerate(self.nodes):
+            job = self.node_job.get(node)
+            busy = job is not None and self._running(job, rel)
+            skew = self._clock(node, rel)
+            ts = round(t + skew, 3)
+            ingest = round(t + 0.05, 3)
+            # GPU
+            util_f = self._job_factor(rel, "gpu_util", node) if busy else 1.0
+            util = np.clip((95.0 if busy else 0.0) * util_f + (rng.normal(0, 1.2, g) if busy else np.zeros(g)), 0, 100)
+            self.gpu_temp[i] += rng.normal(0, 0.1, g) + ((66 if busy else 38) - self.gpu_temp[i]) * 0.05
+            for f in self._faults(rel, "xid"):
+                if f.node == node and f.gpu is not None and rel - f.start < 1.0:
+                    self.last_xid[i, f.gpu] = f.rate or 79
+            gpu_samples = []
+            for k in range(g):
+                lab = {"gpu": str(k), "UUID": f"GPU-{i:04d}{k:04d}-sim"}
+                if busy and job is not None:
+                    lab["hpc_job"] = job.job_id
+                gpu_samples.append(_s(ts, "gpu", node, "DCGM_FI_DEV_GPU_UTIL", round(float(util[k]), 2), lab, ingest))
+                gpu_samples.append(_s(ts, "gpu", node, "DCGM_FI_DEV_GPU_TEMP", round(float(self.gpu_temp[i, k]), 1),
+                                      lab, ingest))
+                gpu_samples.append(_s(ts, "gpu", node, "DCGM_FI_DEV_XID_ERRORS", float(self.last_xid[i, k]), lab,
+                                      ingest))
+            out.append(Message("gpu", node, gpu_samples, t))
+            # NIC
+            idx = i + 1
+            if idx >= c.roce_from:
+                inc = np.array([0, 0, 0, rng.poisson(30 if busy else 1), rng.poisson(25 if busy else 1), 0], float)
+                for f in self._faults(rel, "nic"):
+                    if f.node == node:
+                        inc[0] += rng.poisson(f.rate)
+                        inc[1] += rng.poisson(f.rate / 2)
+                        inc[2] += rng.poisson(max(f.rate / 10, 1))
+                self.roce_ctr[i] += inc
+                labels = {"device": "mlx5_0", "port": "1"}
+                out.append(Message("nic", node, [
+                    _s(ts, "nic", node, name, float(v), labels, ingest, "counter")
+                    for name, v in zip(ROCE_COUNTERS, self.roce_ctr[i], strict=True)], t))
+            else:
+                data_words = rng.normal(2.5e9 if busy else 1e6, 1e7 if busy else 1e4) / 4
+                inc = np.array([0, 0, 0, 0, 0, rng.poisson(2000 if busy else 5), max(data_words, 0),
+                                max(data_words * rng.normal(1, 0.01), 0)])
+                for f in self._faults(rel, "nic"):
+                    if f.node == node:
+                        inc[0] += rng.poisson(f.rate)
+                        inc[3] += rng.poisson(f.rate / 4)
+                self.nic_ctr[i] += np.round(inc)
+                labels = {"device": "mlx5_0", "port": "1"}
+                out.append(Message("nic", node, [
+                    _s(ts, "nic", node, name, float(v), labels, ingest, "counter")
+                    for name, v in zip(IB_NIC_COUNTERS, self.nic_ctr[i], strict=True)], t))
+            # Host
+            cpu = (35.0 if busy else 3.0) * self._job_factor(rel, "cpu", node) + rng.normal(0, 2)
+            out.append(Message("host", node, [_s(ts, "host", node, "cpu_utilization",
+                                                  round(float(np.clip(cpu, 0, 100)), 2), {}, ingest)], t))
+            if not busy or job is None:
+                continue
+            # NCCL
+            base_us = 12000.0 * job.step_time
+            coll = base_us * self._job_factor(rel, "nccl", node) * rng.normal(1, 0.02)
+            out.append(Message("nccl", node, [_s(ts, "nccl", node, "coll_exec_time_us", round(float(coll), 1),
+                                                  {"coll": "AllReduce", "job_id": job.job_id}, ingest)], t))
+            # Step (one reporting rank per node: local rank 0)
+            rank = str(self.job_nodes[job.job_id].index(node) * g)
+            step = job.step_time * self._job_factor(rel, "step", node) * rng.normal(1, 0.015)
+            loader = 0.01 * job.step_time * self._job_factor(rel, "loader", node) * abs(rng.normal(1, 0.1))
+            step += max(loader - 0.01 * job.step_time, 0.0)
+            out.append(Message("step", job.job_id, [
+                _s(ts, "step", node, "step_time_seconds", round(float(step), 4), {"job_id": job.job_id, "rank": rank},
+                   ingest),
+                _s(ts, "step", node, "dataloader_wait_seconds", round(float(loader), 5),
+                   {"job_id": job.job_id, "rank": rank}, ingest)], t))
+        # Switches: leaf downlinks and uplinks.
+        per_switch: dict[str, list[dict[str, Any]]] = {}
+        for (switch, port), ctr in self.port_ctr.items():
+            inc = np.array([0, 0, 0, 0, rng.poisson(3000), max(rng.normal(2.4e9, 1e7) / 4, 0)])
+            for f in self._faults(rel, "switch_port"):
+                if f.switch == switch and f.port == port:
+                    inc[0] += rng.poisson(f.rate)
+                    inc[2] += rng.poisson(f.rate / 4)
+            ctr += np.round(inc)
+            per_switch.setdefault(switch, []).extend(
+                _s(round(t, 3), "switch", switch, name, float(v), {"port": port}, round(t + 0.05, 3), "counter")
+                for name, v in zip(SWITCH_COUNTERS, ctr, strict=True))
+        for switch, samples in per_switch.items():
+            out.append(Message("switch", switch, samples, t))
+        # Storage pools.
+        for pool, _ in c.pools:
+            lat_f = 1.0
+            for f in self._faults(rel, "storage"):
+                if f.pool == pool:
+                    lat_f *= f.factor
+            writers = [f for f in self._faults(rel, "write_burst") if f.pool == pool]
+            write_f = 1.0 + sum(f.factor for f in writers)
+            read_lat = 0.002 * lat_f * rng.lognormal(0, 0.05)
+            write_lat = 0.004 * lat_f * (write_f ** 1.5) * rng.lognormal(0, 0.05)
+            self.pool_ctr[pool] += [max(rng.normal(4e9, 4e7), 0), max(rng.normal(1e9 * write_f, 1e7), 0)]
+            ingest = round(t + 0.05, 3)
+            out.append(Message("storage", pool, [
+                _s(round(t, 3), "storage", pool, "read_latency_seconds", round(float(read_lat), 6), {}, ingest),
+                _s(round(t, 3), "storage", pool, "write_latency_seconds", round(float(write_lat), 6), {}, ingest),
+                _s(round(t, 3), "storage", pool, "read_bytes_total", float(self.pool_ctr[pool][0]), {}, ingest,
+                   "counter"),
+                _s(round(t, 3), "storage", pool, "write_bytes_total", float(self.pool_ctr[pool][1]), {}, ingest,
+                   "counter"),
+            ], t))
+        return out
+
+    def run(self, duration: float | None = None) -> Iterator[Message]:
+        """Inventory first, then every second of the scenario."""
+        yield from self.inventory()
+        total = self.scenario.duration if duration is None else duration
+        for rel in range(int(math.ceil(total))):
+            yield from self.tick(float(rel))
+
+
+def _s(ts: float, layer: str, source: str, metric: str, value: float, labels: dict[str, str],
+       ingest_ts: float, kind: str | None = None) -> dict[str, Any]:
+    sample: dict[str, Any] = {"ts": ts, "layer": layer, "source": source, "metric": metric, "value": value,
+                              "labels": labels, "ingest_ts": ingest_ts}
+    if kind is not None:
+        sample["kind"] = kind
+    return sample

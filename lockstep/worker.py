@@ -1,0 +1,74 @@
+"""One Lockstep worker in this process: inventory loaded first, then the Faust agents.
+
+Used by ``lockstep worker`` (production), ``lockstep run`` and ``lockstep replay`` (embedded),
+and the integration tests. The Faust app runs on the caller's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from agents.app import WorkerState, build_app
+from agents.inventory_reader import InventoryReader
+from agents.kafka import start_producer
+from agents.metrics import WorkerMetrics
+from agents.topics import TopicCatalogue
+from models.settings import LockstepSettings
+from streams.inventory import InventoryIndex
+
+log = logging.getLogger("lockstep.worker")
+
+
+class Worker:
+    def __init__(self, settings: LockstepSettings, bootstrap: str, *, expected_origins: set[str] | None = None,
+                 on_finished: Callable[[int], None] | None = None) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.catalogue = TopicCatalogue(settings)
+        self.inventory = InventoryIndex()
+        self.metrics = WorkerMetrics()
+        self.expected_origins = expected_origins
+        self.on_finished = on_finished
+        self.app: Any = None
+        self.state: WorkerState | None = None
+        self.reader: InventoryReader | None = None
+        self._dlq_producer: Any = None
+
+    async def _inventory_dead_letter(self, record: dict[str, Any]) -> None:
+        self.metrics.dead_letters.labels(record["stage"], record["error"]).inc()
+        if self._dlq_producer is None:
+            self._dlq_producer = await start_producer(self.settings, self.bootstrap)
+        await self._dlq_producer.send_and_wait(self.catalogue.dlq, orjson.dumps(record))
+
+    async def start(self) -> None:
+        """Load the inventory to its end, then start the agents; return once they consume."""
+        self.reader = InventoryReader(self.settings, self.bootstrap, self.catalogue.inventory, self.inventory,
+                                      self._inventory_dead_letter)
+        await self.reader.load()
+        self.metrics.inventory_events.set(self.reader.applied)
+        self.app, self.state = build_app(
+            self.settings, self.bootstrap, self.inventory, metrics=self.metrics,
+            expected_origins=self.expected_origins, on_finished=self.on_finished,
+            loop=asyncio.get_running_loop())
+        self.app.finalize()
+        await self.app.start()
+        self.reader.follow()
+        log.info("worker %s consuming from %s", self.settings.app_id, self.bootstrap)
+
+    async def stop(self) -> None:
+        if self.app is not None:
+            await self.app.stop()
+        if self.reader is not None:
+            await self.reader.stop()
+        if self._dlq_producer is not None:
+            await self._dlq_producer.stop()
+
+    async def flush(self) -> None:
+        """Wait until everything the agents produced has been acknowledged by the broker."""
+        if self.app is not None:
+            await self.app.producer.flush()

@@ -1,0 +1,184 @@
+"""Inventory contracts: which job runs on which nodes, and which NIC hangs off which switch port.
+
+Inventory events are rare and precious, so they are validated with the full pydantic models.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+import hostlist
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from models.timeutil import parse_ts
+
+MAX_NAME_LEN = 256
+MAX_NODES_PER_JOB = 100_000
+
+
+class JobState(StrEnum):
+    """Job states as Slurm spells them (``squeue``/``sacct``)."""
+
+    PENDING = "PENDING"
+    CONFIGURING = "CONFIGURING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    REQUEUED = "REQUEUED"
+
+    @property
+    def active(self) -> bool:
+        """True while the job holds its nodes (it is in the inventory)."""
+        return self in _ACTIVE
+
+
+_ACTIVE = {JobState.RUNNING, JobState.CONFIGURING, JobState.COMPLETING, JobState.SUSPENDED}
+
+
+class Fabric(StrEnum):
+    INFINIBAND = "infiniband"
+    ROCE = "roce"
+
+
+def expand_nodes(value: str | list[str]) -> list[str]:
+    """Expand a Slurm hostlist (``"gpu[001-004],login1"``) or a list of names into node names.
+
+    >>> expand_nodes("gpu[001-003]")
+    ['gpu001', 'gpu002', 'gpu003']
+    >>> expand_nodes(["a", "b[1-2]"])
+    ['a', 'b1', 'b2']
+    """
+    parts = [value] if isinstance(value, str) else list(value)
+    nodes: list[str] = []
+    for part in parts:
+        if not isinstance(part, str):
+            raise ValueError("nodes must be a hostlist string or a list of strings")
+        try:
+            nodes.extend(hostlist.expand_hostlist(part))
+        except hostlist.BadHostlist as exc:
+            raise ValueError(f"bad hostlist {part!r}: {exc}") from None
+        if len(nodes) > MAX_NODES_PER_JOB:
+            raise ValueError(f"more than {MAX_NODES_PER_JOB} nodes")
+    return nodes
+
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LEN)]
+
+
+class JobEvent(BaseModel):
+    """A job's allocation. ``nodes`` arrives as a hostlist or list and is stored expanded."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["job"] = "job"
+    ts: float
+    job_id: Name
+    state: JobState
+    nodes: list[Name]
+    gpus_per_node: int = Field(ge=0, le=64)
+    storage: list[Name] = Field(default_factory=list)
+    name: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+    user: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+
+    @field_validator("ts", mode="before")
+    @classmethod
+    def _ts(cls, value: Any) -> float:
+        return parse_ts(value)
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _nodes(cls, value: Any) -> list[str]:
+        if not isinstance(value, str | list):
+            raise ValueError("nodes must be a Slurm hostlist string or a list of names")
+        return expand_nodes(value)
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * len(self.nodes)
+
+
+class LinkEvent(BaseModel):
+    """One host NIC port cabled to one switch port (the leaf tier)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["link"] = "link"
+    ts: float
+    node: Name
+    device: Name
+    port: Name
+    switch: Name
+    switch_port: Name
+    fabric: Fabric = Fabric.INFINIBAND
+
+    @field_validator("ts", mode="before")
+    @classmethod
+    def _ts(cls, value: Any) -> float:
+        return parse_ts(value)
+
+    @field_validator("port", "switch_port", mode="before")
+    @classmethod
+    def _port_text(cls, value: Any) -> Any:
+        # Ports are names; a JSON integer is the one coercion we accept because exporters disagree.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+
+class SwitchEvent(BaseModel):
+    """A switch's place in the tiers: a leaf's uplinks (its spines), a spine's core."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["switch"] = "switch"
+    ts: float
+    switch: Name
+    tier: Literal["leaf", "spine", "core"]
+    uplinks: list[Name] = Field(default_factory=list)
+
+    @field_validator("ts", mode="before")
+    @classmethod
+    def _ts(cls, value: Any) -> float:
+        return parse_ts(value)
+
+
+class PoolEvent(BaseModel):
+    """A storage pool and the switches its servers hang off (for "storage via network")."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["pool"] = "pool"
+    ts: float
+    pool: Name
+    switches: list[Name] = Field(default_factory=list)
+    fs_type: str | None = Field(default=None, max_length=64)
+
+    @field_validator("ts", mode="before")
+    @classmethod
+    def _ts(cls, value: Any) -> float:
+        return parse_ts(value)
+
+
+InventoryEvent = Annotated[JobEvent | LinkEvent | SwitchEvent | PoolEvent, Field(discriminator="kind")]
+inventory_adapter: TypeAdapter[JobEvent | LinkEvent | SwitchEvent | PoolEvent] = TypeAdapter(InventoryEvent)
+
+
+def inventory_key(event: JobEvent | LinkEvent | SwitchEvent | PoolEvent) -> str:
+    """The compaction key of an inventory event: the latest event per key is the current state."""
+    if isinstance(event, JobEvent):
+        return f"job:{event.job_id}"
+    if isinstance(event, LinkEvent):
+        return f"link:{event.node}:{event.device}:{event.port}"
+    if isinstance(event, SwitchEvent):
+        return f"switch:{event.switch}"
+    return f"pool:{event.pool}"

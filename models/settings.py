@@ -1,0 +1,121 @@
+"""The one settings model. Built once at start-up (``LockstepSettings()``) and handed down.
+
+Every field reads ``LOCKSTEP_<FIELD>`` from the environment (or a ``.env`` file). Pure code never
+reads the environment: it receives the small config objects derived here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SecurityProtocol(StrEnum):
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+
+class SaslMechanism(StrEnum):
+    PLAIN = "PLAIN"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+
+
+class LockstepSettings(BaseSettings):
+    """All of Lockstep's configuration. See docs/operations.md for each knob's effect."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LOCKSTEP_", env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+    )
+
+    # --- Kafka -------------------------------------------------------------------------------
+    kafka_bootstrap_servers: str | None = Field(
+        default=None,
+        description="Comma-separated host:port list. Unset means: start the embedded Tansu broker.",
+    )
+    kafka_security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    kafka_sasl_mechanism: SaslMechanism | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: Path | None = None
+    kafka_ssl_certfile: Path | None = None
+    kafka_ssl_keyfile: Path | None = None
+    kafka_ssl_key_password: SecretStr | None = None
+    kafka_ssl_check_hostname: bool = True
+    kafka_replication_factor: int = Field(default=1, ge=1, le=7)
+    kafka_fetch_max_wait_ms: int = Field(
+        default=100, ge=1, le=5000, description="Consumer long-poll wait; bounds idle-time alert latency"
+    )
+    kafka_producer_linger_ms: int = Field(default=5, ge=0, le=1000)
+
+    # --- Topics ------------------------------------------------------------------------------
+    topic_prefix: str = Field(default="lockstep.", max_length=100, pattern=r"^[A-Za-z0-9._-]*$")
+    partitions: int = Field(default=8, ge=1, le=1024, description="Partitions of telemetry and anomalies")
+    inventory_partitions: int = Field(default=1, ge=1, le=64)
+    alerts_partitions: int = Field(default=1, ge=1, le=64)
+    telemetry_retention_ms: int = Field(default=6 * 3600 * 1000, ge=60_000)
+    alerts_retention_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=60_000)
+
+    # --- Worker ------------------------------------------------------------------------------
+    app_id: str = Field(default="lockstep", pattern=r"^[A-Za-z0-9._-]+$")
+    data_dir: Path = Path("./lockstep-data")
+    web_host: str = "127.0.0.1"
+    web_port: int = Field(default=6066, ge=0, le=65535)
+    log_level: str = Field(default="info", pattern=r"^(debug|info|warn|error|crit)$")
+    snapshot_interval_s: float = Field(default=10.0, gt=0, description="Event-time seconds between state snapshots")
+    watermark_interval_s: float = Field(default=0.2, gt=0, description="Wall seconds between watermark broadcasts")
+    watermark_idle_s: float = Field(
+        default=10.0, gt=0, description="An input partition silent this long (wall time) stops holding watermarks"
+    )
+
+    # --- Detection ---------------------------------------------------------------------------
+    baseline_window: int = Field(default=120, ge=16, le=4096, description="Samples in each series' baseline")
+    baseline_min_samples: int = Field(default=20, ge=4)
+    score_threshold: float = Field(default=0.5, gt=0, lt=1, description="Calibrated score at which a sample is anomalous")
+    z_threshold: float = Field(default=6.0, gt=0, description="Robust z-score that maps to score 0.5")
+    confirm_samples: int = Field(default=2, ge=1, le=100)
+    clear_samples: int = Field(default=5, ge=1, le=1000)
+    min_relative_change: float = Field(default=0.2, ge=0, description="Ignore moves smaller than this fraction of p50")
+
+    # --- Correlation -------------------------------------------------------------------------
+    allowed_lateness_s: float = Field(default=5.0, ge=0)
+    grace_s: float = Field(default=5.0, ge=0, description="Watermark must pass onset + grace before a verdict")
+    lookback_s: float = Field(default=120.0, gt=0, description="How far before the onset a first mover may be")
+    resolve_after_s: float = Field(default=30.0, ge=0, description="Symptom clear this long -> resolved")
+    critical_gpus: int = Field(default=64, ge=1)
+    critical_ratio: float = Field(default=2.0, gt=1)
+    clock_skew_tolerance_s: float = Field(default=0.25, gt=0)
+
+    # --- Operator surface --------------------------------------------------------------------
+    api_token: SecretStr | None = Field(default=None, description="Bearer token for write endpoints")
+    public_url: str | None = Field(default=None, description="Base URL used in alert links")
+
+    @field_validator("kafka_bootstrap_servers")
+    @classmethod
+    def _servers(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"bootstrap server {server!r} is not host:port")
+        return value
+
+    @model_validator(mode="after")
+    def _security(self) -> LockstepSettings:
+        sasl = self.kafka_security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
+        if sasl and (self.kafka_sasl_mechanism is None or not self.kafka_sasl_username or not self.kafka_sasl_password):
+            raise ValueError("SASL needs kafka_sasl_mechanism, kafka_sasl_username and kafka_sasl_password")
+        if self.baseline_min_samples > self.baseline_window:
+            raise ValueError("baseline_min_samples must not exceed baseline_window")
+        return self
+
+    @property
+    def embedded_broker(self) -> bool:
+        """True when no bootstrap servers are configured: Lockstep starts its own broker."""
+        return self.kafka_bootstrap_servers is None

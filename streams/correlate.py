@@ -1,0 +1,422 @@
+"""Per-job correlation on event time: one timeline per job, the first mover, the domain, the alert.
+
+Inputs are the records of the ``anomalies`` topic for the jobs of one partition: anomaly episodes
+(``start``/``end``) and watermarks. The partition's watermark is the minimum over its input
+partitions' progress, minus the allowed lateness; a verdict on a degradation with onset ``O`` is
+taken only once the watermark passes ``O + grace``, so evidence that happened earlier but arrived
+later still counts, and any arrival order within the lateness bound gives the same verdict.
+
+Timeline of the textbook incident (one job, 1 s per column)::
+
+    switch leaf03:17  SymbolErrorCounter  ....X#########     <- first mover (11:42:10)
+    nccl   gpu007     coll_exec_time_us   ......X#######
+    gpu    gpu0*      DCGM_FI_DEV_GPU_UTIL.........X####
+    step   llm-70b    step_time_seconds   ............X#     <- onset O (11:42:18)
+                                          |<- lookback ->|O  verdict when watermark >= O + grace
+
+Nothing here imports Faust or reads the clock; ``now_wall`` (used only to skip idle inputs) is an
+argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from models.alerts import Alert
+from models.timeutil import format_ts
+from streams.inventory import InventoryIndex
+
+#: Tie-break order among anomalies with the same onset: cause before effect.
+CAUSAL_RANK = {
+    ("switch", None): 0,
+    ("nic", None): 1,
+    ("gpu", "gpu_fault"): 2,
+    ("gpu", "throttle"): 2,
+    ("gpu", "temperature"): 2,
+    ("storage", None): 2,
+    ("host", None): 3,
+    ("step", "loader_wait"): 3,
+    ("nccl", None): 4,
+    ("gpu", None): 5,
+    ("step", None): 6,
+}
+
+NETWORK_MEANINGS = frozenset({"link_down", "link_errors", "drops", "retransmits", "congestion"})
+
+
+def causal_rank(layer: str, meaning: str) -> int:
+    """Rank of a layer/meaning in the causal order switch/NIC -> collective -> GPU -> step.
+
+    >>> causal_rank("switch", "link_errors") < causal_rank("nccl", "latency") < causal_rank("step", "step_time")
+    True
+    """
+    return CAUSAL_RANK.get((layer, meaning), CAUSAL_RANK.get((layer, None), 7))
+
+
+@dataclass(frozen=True, slots=True)
+class CorrelatorConfig:
+    allowed_lateness_s: float = 5.0
+    grace_s: float = 5.0
+    lookback_s: float = 120.0
+    resolve_after_s: float = 30.0
+    critical_gpus: int = 64
+    critical_ratio: float = 2.0
+    idle_s: float = 10.0
+    timeline_limit: int = 40
+    public_url: str | None = None
+
+
+def episode_key(rec: dict[str, Any]) -> str:
+    """Stable key of one series' episode stream within a job."""
+    labels = ",".join(f"{k}={v}" for k, v in sorted(rec["labels"].items()))
+    return f"{rec['layer']}/{rec['source']}/{rec['metric']}{{{labels}}}"
+
+
+def dedup_key(alert_type: str, job_id: str, domain: str, root: dict[str, Any] | None) -> str:
+    """Stable per (job, root cause): the same cause of the same job always maps to the same key.
+
+    >>> dedup_key("job_slowdown", "llm", "network", {"layer": "switch", "source": "leaf03",
+    ...           "labels": {"port": "17"}, "metric": "SymbolErrorCounter"})
+    'job_slowdown/llm/network/switch/leaf03/port=17'
+    """
+    if root is None:
+        return f"{alert_type}/{job_id}/{domain}"
+    labels = ",".join(f"{k}={v}" for k, v in sorted(root["labels"].items()) if k not in ("job_id",))
+    key = f"{alert_type}/{job_id}/{domain}/{root['layer']}/{root['source']}"
+    return key + (f"/{labels}" if labels else "")
+
+
+def alert_id_for(dedup: str, onset: float) -> str:
+    """Deterministic id of one incident: a replay after a crash reproduces it."""
+    return hashlib.sha1(f"{dedup}@{onset:.3f}".encode()).hexdigest()[:20]
+
+
+@dataclass
+class Episode:
+    key: str
+    start: dict[str, Any]
+    end_ts: float | None = None
+
+    @property
+    def ts(self) -> float:
+        return float(self.start["ts"])
+
+    @property
+    def role(self) -> str:
+        return str(self.start["role"])
+
+
+@dataclass
+class Incident:
+    alert: dict[str, Any]
+    onset: float
+    symptom_keys: set[str]
+    resolved: bool = False
+
+
+@dataclass
+class JobTimeline:
+    job_id: str
+    episodes: dict[str, list[Episode]] = field(default_factory=dict)
+    incident: Incident | None = None
+    closed_until: float = -math.inf  # symptoms before this belong to a closed incident
+
+    def all_episodes(self) -> list[Episode]:
+        return [e for eps in self.episodes.values() for e in eps]
+
+
+@dataclass
+class CorrelatorOutput:
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    late: list[dict[str, Any]] = field(default_factory=list)
+    finished: bool = False
+
+
+class Correlator:
+    """Correlation state for the jobs of one ``anomalies`` partition."""
+
+    def __init__(self, config: CorrelatorConfig, inventory: InventoryIndex,
+                 expected_origins: set[str] | None = None) -> None:
+        self.config = config
+        self.inventory = inventory
+        self.expected = expected_origins
+        self.origin_wm: dict[str, float] = {}
+        self.origin_seen: dict[str, float] = {}
+        self.eos: set[str] = set()
+        self.jobs: dict[str, JobTimeline] = {}
+        self.watermark = -math.inf
+        self.max_event_ts = -math.inf
+        self.late_count = 0
+        self.finished = False
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def on_record(self, rec: dict[str, Any], now_wall: float) -> CorrelatorOutput:
+        """Fold one ``anomalies`` record in; return alerts whose verdicts became due."""
+        out = CorrelatorOutput()
+        kind = rec.get("type")
+        if kind == "watermark":
+            for origin, wm in rec.get("origins", {}).items():
+                self.origin_wm[origin] = max(self.origin_wm.get(origin, -math.inf), float(wm))
+                self.origin_seen[origin] = now_wall
+            for origin in rec.get("eos", []):
+                self.eos.add(origin)
+                self.origin_seen[origin] = now_wall
+        elif kind == "anomaly":
+            self._add_anomaly(rec, out)
+        self._advance(now_wall, out)
+        return out
+
+    def tick(self, now_wall: float) -> CorrelatorOutput:
+        """Re-evaluate the watermark (idle inputs drop out as wall time passes)."""
+        out = CorrelatorOutput()
+        self._advance(now_wall, out)
+        return out
+
+    def _add_anomaly(self, rec: dict[str, Any], out: CorrelatorOutput) -> None:
+        ts = float(rec["ts"])
+        self.max_event_ts = max(self.max_event_ts, float(rec.get("confirmed_ts", ts)))
+        if ts < self.watermark:
+            self.late_count += 1
+            out.late.append(rec)
+        job = self.jobs.setdefault(rec["job_id"], JobTimeline(rec["job_id"]))
+        key = episode_key(rec)
+        eps = job.episodes.setdefault(key, [])
+        if rec["phase"] == "start":
+            if not any(abs(e.ts - ts) < 1e-9 for e in eps):  # duplicates under at-least-once are harmless
+                eps.append(Episode(key, rec))
+                eps.sort(key=lambda e: e.ts)
+        else:
+            for ep in reversed(eps):
+                if ep.ts <= ts and ep.end_ts is None:
+                    ep.end_ts = ts
+                    break
+
+    def current_watermark(self, now_wall: float) -> float:
+        """min over input partitions of their progress, minus the allowed lateness."""
+        if self.expected is not None:
+            pending = self.expected - self.eos
+            if any(o not in self.origin_wm for o in pending):
+                return -math.inf
+            values = [self.origin_wm[o] for o in pending]
+        else:
+            values = [wm for o, wm in self.origin_wm.items()
+                      if o not in self.eos and now_wall - self.origin_seen.get(o, now_wall) <= self.config.idle_s]
+            if not values and not self.eos and not self.origin_wm:
+                return -math.inf
+        if not values:
+            return math.inf
+        return min(values) - self.config.allowed_lateness_s
+
+    def _advance(self, now_wall: float, out: CorrelatorOutput) -> None:
+        wm = self.current_watermark(now_wall)
+        if wm <= self.watermark:
+            return
+        self.watermark = wm
+        for job_id in sorted(self.jobs):
+            self._evaluate(self.jobs[job_id], wm, out)
+        self._evict(wm)
+        if self.expected is not None and not (self.expected - self.eos) and not self.finished:
+            self.finished = True
+            out.finished = True
+
+    # -- verdicts -------------------------------------------------------------------------------
+    def _evaluate(self, job: JobTimeline, wm: float, out: CorrelatorOutput) -> None:
+        cfg = self.config
+        # Several incidents can become due at once after a watermark jump: take them in time order.
+        for _ in range(100):
+            inc = job.incident
+            if inc is not None and not inc.resolved:
+                self._join_symptoms(job, inc)
+                ended = [e.end_ts for e in job.all_episodes() if e.key in inc.symptom_keys]
+                if ended and all(t is not None for t in ended):
+                    cleared = max(t for t in ended if t is not None)
+                    if wm >= cleared + cfg.resolve_after_s:
+                        out.alerts.append(self._resolve(job, inc, cleared))
+                        continue
+                return
+            symptoms = sorted(
+                (e for e in job.all_episodes() if e.role == "symptom" and e.ts > job.closed_until),
+                key=lambda e: (e.ts, e.key),
+            )
+            if not symptoms or wm < symptoms[0].ts + cfg.grace_s:
+                return
+            out.alerts.append(self._fire(job, symptoms[0].ts, wm))
+
+    def _join_symptoms(self, job: JobTimeline, inc: Incident) -> None:
+        for e in job.all_episodes():
+            if e.role == "symptom" and e.ts >= inc.onset and e.key not in inc.symptom_keys and e.end_ts is None:
+                inc.symptom_keys.add(e.key)
+
+    def _fire(self, job: JobTimeline, onset: float, wm: float) -> dict[str, Any]:
+        cfg = self.config
+        window = [e for e in job.all_episodes() if onset - cfg.lookback_s <= e.ts <= onset + cfg.grace_s]
+        symptoms = sorted((e for e in window if e.role == "symptom" and e.ts >= onset), key=lambda e: (e.ts, e.key))
+        causes = [e for e in window if e.role == "cause" and e.ts <= onset]
+        ordered = sorted(causes, key=lambda e: (e.ts, causal_rank(e.start["layer"], e.start["meaning"]), e.key))
+        first = ordered[0] if ordered else None
+        domain, reason = self._domain(job.job_id, first, causes, onset)
+        root_rec = first.start if first is not None and domain != "unknown" else (first.start if first else None)
+        info = self.inventory.job(job.job_id, onset) or self.inventory.job(job.job_id)
+        gpus = info.gpus if info else 0
+        nodes = list(info.nodes) if info else sorted({e.start["source"] for e in window if e.start["layer"] != "switch"})
+        sym = symptoms[0].start
+        baseline = sym.get("p50") or 0.0
+        ratio = (sym["value"] / baseline) if baseline else 0.0
+        severity = "warning"
+        if gpus >= cfg.critical_gpus or ratio >= cfg.critical_ratio:
+            severity = "critical"
+        elif ratio >= 1.5 or gpus >= cfg.critical_gpus // 4:
+            severity = "error"
+        dkey = dedup_key("job_slowdown", job.job_id, domain, root_rec)
+        timeline = self._timeline(window, onset)
+        other = []
+        if root_rec is not None:
+            for other_id, other_gpus, relation in self.inventory.neighbours(
+                    job.job_id, root_rec["layer"], root_rec["source"], root_rec["labels"], onset):
+                other.append({"job_id": other_id, "gpus": other_gpus, "relation": relation})
+        detected = min(wm, max(self.max_event_ts, onset + cfg.grace_s))
+        root = {
+            "domain": domain, "layer": root_rec["layer"] if root_rec else None,
+            "source": root_rec["source"] if root_rec else None,
+            "labels": dict(root_rec["labels"]) if root_rec else {},
+            "metric": root_rec["metric"] if root_rec else None,
+            "first_seen": format_ts(root_rec["ts"]) if root_rec else None,
+            "meaning": root_rec["meaning"] if root_rec else None, "reason": reason,
+        }
+        alert = Alert.model_validate({
+            "alert_id": alert_id_for(dkey, onset), "dedup_key": dkey, "type": "job_slowdown",
+            "status": "firing", "severity": severity, "job_id": job.job_id, "gpus": gpus, "nodes": nodes,
+            "started_at": format_ts(onset), "detected_at": format_ts(detected), "resolved_at": None,
+            "symptom": {"layer": sym["layer"], "metric": sym["metric"], "baseline": baseline,
+                        "value": sym["value"], "ratio": round(ratio, 3), "onset": format_ts(onset)},
+            "root_cause": root, "timeline": timeline, "other_jobs": other,
+            "summary": self._summary(job.job_id, gpus, len(nodes), ratio, onset, root, timeline),
+            "labels": {"job_id": job.job_id, "domain": domain, "alertname": "job_slowdown"},
+        }).model_dump(mode="json")
+        job.incident = Incident(alert, onset, {e.key for e in symptoms})
+        return alert
+
+    def _domain(self, job_id: str, first: Episode | None, causes: list[Episode], onset: float) -> tuple[str, str]:
+        if first is None:
+            return "unknown", "no component moved before the slowdown"
+        layer, meaning = first.start["layer"], first.start["meaning"]
+        where = f"{first.start['source']} {_labels_text(first.start['labels'])}".strip()
+        if layer in ("switch", "nic") and meaning in NETWORK_MEANINGS:
+            return "network", f"{layer} {where} {meaning} moved first"
+        if layer == "storage":
+            pool_switches = self.inventory.pool_switches.get(first.start["source"], set())
+            shared = pool_switches & self.inventory.fabric_switches(job_id, onset)
+            fabric = [c for c in causes if c.start["layer"] in ("switch", "nic")]
+            if shared and fabric:
+                return "network", f"storage via network: pool {first.start['source']} shares {sorted(shared)} with the fabric"
+            return "storage", f"pool {first.start['source']} {meaning} moved first"
+        if layer == "gpu" and meaning in ("gpu_fault", "throttle", "temperature"):
+            return "compute", f"{where} {meaning} moved first"
+        if (layer == "host" and meaning == "utilisation") or meaning == "loader_wait":
+            return "dataloader", f"data preparation on {first.start['source']} saturated first"
+        return "unknown", f"{layer} {meaning} moved first; no fabric, storage or GPU fault evidence"
+
+    def _timeline(self, window: list[Episode], onset: float) -> list[dict[str, Any]]:
+        groups: dict[tuple[str, str], list[Episode]] = {}
+        for e in window:
+            groups.setdefault((e.start["layer"], e.start["metric"]), []).append(e)
+        entries = []
+        for eps in groups.values():
+            eps.sort(key=lambda e: (e.ts, e.key))
+            e = eps[0]
+            r = e.start
+            entries.append((e.ts, causal_rank(r["layer"], r["meaning"]), e.key, {
+                "ts": format_ts(r["ts"]), "layer": r["layer"], "source": r["source"], "labels": dict(r["labels"]),
+                "metric": r["metric"], "value": r["value"], "p50": r.get("p50"), "p99": r.get("p99"),
+                "score": r["score"], "meaning": r["meaning"], "entities": len({x.key for x in eps}),
+            }))
+        entries.sort(key=lambda t: (t[0], t[1], t[2]))
+        return [t[3] for t in entries[: self.config.timeline_limit]]
+
+    def _summary(self, job_id: str, gpus: int, n_nodes: int, ratio: float, onset: float,
+                 root: dict[str, Any], timeline: list[dict[str, Any]]) -> str:
+        head = f"job {job_id} ({gpus} GPUs, {n_nodes} nodes) slowed"
+        if ratio:
+            head += f": step time x{ratio:.1f}"
+        head += f" since {format_ts(onset)[11:19]}"
+        if root["source"] is None:
+            return head + "; no component moved first (domain unknown)"
+        where = f"{root['layer']} {root['source']}" + (f" {_labels_text(root['labels'])}" if root["labels"] else "")
+        order = " -> ".join(dict.fromkeys(e["layer"] for e in timeline))
+        return f"{head}; {root['domain']}: {where} moved first at {root['first_seen'][11:19]} ({root['metric']}); {order}"
+
+    def _resolve(self, job: JobTimeline, inc: Incident, cleared: float) -> dict[str, Any]:
+        alert = dict(inc.alert)
+        alert["status"] = "resolved"
+        alert["resolved_at"] = format_ts(cleared)
+        alert["summary"] = inc.alert["summary"] + f"; resolved at {format_ts(cleared)[11:19]}"
+        inc.resolved = True
+        job.closed_until = max(job.closed_until, cleared)
+        job.incident = None
+        return Alert.model_validate(alert).model_dump(mode="json")
+
+    def _evict(self, wm: float) -> None:
+        if not math.isfinite(wm):
+            return
+        horizon = wm - self.config.lookback_s - self.config.resolve_after_s - self.config.grace_s
+        for job_id in list(self.jobs):
+            job = self.jobs[job_id]
+            for key in list(job.episodes):
+                kept = [e for e in job.episodes[key] if e.end_ts is None or e.end_ts >= horizon
+                        or (job.incident and key in job.incident.symptom_keys)]
+                if kept:
+                    job.episodes[key] = kept
+                else:
+                    del job.episodes[key]
+            if not job.episodes and job.incident is None:
+                del self.jobs[job_id]
+
+    # -- state ----------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "origin_wm": self.origin_wm, "eos": sorted(self.eos), "watermark": _num(self.watermark),
+            "max_event_ts": _num(self.max_event_ts), "late_count": self.late_count,
+            "jobs": {
+                jid: {
+                    "closed_until": _num(job.closed_until),
+                    "episodes": [[e.key, e.start, e.end_ts] for e in job.all_episodes()],
+                    "incident": None if job.incident is None else {
+                        "alert": job.incident.alert, "onset": job.incident.onset,
+                        "symptom_keys": sorted(job.incident.symptom_keys)},
+                } for jid, job in self.jobs.items()
+            },
+        }
+
+    def restore(self, data: dict[str, Any], now_wall: float) -> None:
+        self.origin_wm = {k: float(v) for k, v in data["origin_wm"].items()}
+        self.origin_seen = dict.fromkeys(self.origin_wm, now_wall)
+        self.eos = set(data["eos"])
+        self.watermark = _unnum(data["watermark"])
+        self.max_event_ts = _unnum(data["max_event_ts"])
+        self.late_count = int(data["late_count"])
+        self.jobs = {}
+        for jid, jd in data["jobs"].items():
+            job = JobTimeline(jid, closed_until=_unnum(jd["closed_until"]))
+            for key, start, end_ts in jd["episodes"]:
+                job.episodes.setdefault(key, []).append(Episode(key, start, end_ts))
+            if jd["incident"] is not None:
+                job.incident = Incident(jd["incident"]["alert"], jd["incident"]["onset"],
+                                        set(jd["incident"]["symptom_keys"]))
+            self.jobs[jid] = job
+
+
+def _labels_text(labels: dict[str, str]) -> str:
+    if "port" in labels and len(labels) == 1:
+        return f"port {labels['port']}"
+    return " ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _num(v: float) -> float | str:
+    return v if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+
+
+def _unnum(v: float | str) -> float:
+    return float(v)

@@ -1,0 +1,262 @@
+"""The inventory index: jobs, nodes, GPUs, NIC -> switch-port links, switch tiers, storage pools.
+
+Every worker holds a full copy (the ``inventory`` topic is read whole by each worker). Jobs are
+kept with their active interval in event time, so a question about time ``t`` is answered as of
+``t`` whatever order the inventory and the telemetry arrived in. Ended jobs stay answerable for
+``retention_s`` of event time after their end.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from models.inventory import JobEvent, LinkEvent, PoolEvent, SwitchEvent
+
+InventoryEvent = JobEvent | LinkEvent | SwitchEvent | PoolEvent
+
+
+@dataclass(slots=True)
+class JobInfo:
+    job_id: str
+    nodes: list[str]
+    gpus_per_node: int
+    storage: list[str]
+    start: float
+    end: float | None = None
+    state: str = "RUNNING"
+    name: str | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * len(self.nodes)
+
+    def active_at(self, t: float) -> bool:
+        return self.start <= t and (self.end is None or t < self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    node: str
+    device: str
+    port: str
+    switch: str
+    switch_port: str
+    fabric: str
+
+
+@dataclass(frozen=True, slots=True)
+class Affected:
+    """A job an entity can affect, and how (``node``, ``port``, ``switch``, ``spine``, ``pool``, ``job``)."""
+
+    job_id: str
+    relation: str
+
+
+@dataclass
+class InventoryIndex:
+    retention_s: float = 7200.0
+    jobs: dict[str, list[JobInfo]] = field(default_factory=lambda: defaultdict(list))
+    links: dict[tuple[str, str, str], Link] = field(default_factory=dict)
+    by_switch_port: dict[tuple[str, str], set[tuple[str, str, str]]] = field(default_factory=lambda: defaultdict(set))
+    by_switch: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    uplinks: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    tiers: dict[str, str] = field(default_factory=dict)
+    pool_switches: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    node_jobs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    version: int = 0
+
+    # -- updates --------------------------------------------------------------------------------
+    def apply(self, event: InventoryEvent) -> None:
+        """Fold one inventory event into the index (idempotent for repeated events)."""
+        self.version += 1
+        if isinstance(event, JobEvent):
+            self._apply_job(event)
+        elif isinstance(event, LinkEvent):
+            key = (event.node, event.device, event.port)
+            old = self.links.get(key)
+            if old is not None:
+                self.by_switch_port[(old.switch, old.switch_port)].discard(key)
+            link = Link(event.node, event.device, event.port, event.switch, event.switch_port, event.fabric.value)
+            self.links[key] = link
+            self.by_switch_port[(link.switch, link.switch_port)].add(key)
+            self.by_switch[link.switch].add(link.node)
+            self.tiers.setdefault(link.switch, "leaf")
+        elif isinstance(event, SwitchEvent):
+            self.tiers[event.switch] = event.tier
+            self.uplinks[event.switch] = set(event.uplinks)
+            for up in event.uplinks:
+                self.tiers.setdefault(up, "spine" if event.tier == "leaf" else "core")
+        elif isinstance(event, PoolEvent):
+            self.pool_switches[event.pool] = set(event.switches)
+
+    def _apply_job(self, event: JobEvent) -> None:
+        history = self.jobs[event.job_id]
+        current = history[-1] if history else None
+        if event.state.active:
+            if current is not None and current.end is None:
+                # An update of a running job (nodes may change on resize).
+                for node in set(current.nodes) - set(event.nodes):
+                    self.node_jobs[node].discard(event.job_id)
+                current.nodes = list(event.nodes)
+                current.gpus_per_node = event.gpus_per_node
+                current.storage = list(event.storage)
+                current.state = event.state.value
+                current.start = min(current.start, event.ts)
+            else:
+                history.append(JobInfo(event.job_id, list(event.nodes), event.gpus_per_node, list(event.storage),
+                                       start=event.ts, state=event.state.value, name=event.name))
+            for node in event.nodes:
+                self.node_jobs[node].add(event.job_id)
+        elif current is not None and current.end is None:
+            current.end = event.ts
+            current.state = event.state.value
+        self._evict(event.ts)
+
+    def _evict(self, now: float) -> None:
+        for job_id in list(self.jobs):
+            kept = [j for j in self.jobs[job_id] if j.end is None or j.end + self.retention_s > now]
+            if len(kept) != len(self.jobs[job_id]):
+                gone = {n for j in self.jobs[job_id] if j not in kept for n in j.nodes}
+                still = {n for j in kept for n in j.nodes}
+                for node in gone - still:
+                    self.node_jobs[node].discard(job_id)
+                if kept:
+                    self.jobs[job_id] = kept
+                else:
+                    del self.jobs[job_id]
+
+    # -- questions ------------------------------------------------------------------------------
+    def job(self, job_id: str, t: float | None = None) -> JobInfo | None:
+        """The job's record active at ``t`` (or its latest record when ``t`` is None)."""
+        history = self.jobs.get(job_id)
+        if not history:
+            return None
+        if t is None:
+            return history[-1]
+        for info in reversed(history):
+            if info.active_at(t):
+                return info
+        return None
+
+    def jobs_on_node(self, node: str, t: float) -> list[str]:
+        return sorted(j for j in self.node_jobs.get(node, ()) if (info := self.job(j, t)) and node in info.nodes)
+
+    def nodes_behind_port(self, switch: str, port: str) -> list[str]:
+        return sorted({key[0] for key in self.by_switch_port.get((switch, port), ())})
+
+    def nodes_behind_switch(self, switch: str) -> list[str]:
+        """Nodes cabled to ``switch``, or, for a spine/core, to any leaf below it."""
+        direct = set(self.by_switch.get(switch, ()))
+        if direct:
+            return sorted(direct)
+        below = {leaf for leaf, ups in self.uplinks.items() if switch in ups}
+        nodes: set[str] = set()
+        for leaf in below:
+            nodes |= set(self.nodes_behind_switch(leaf))
+        return sorted(nodes)
+
+    def leaves_of(self, nodes: list[str]) -> set[str]:
+        return {link.switch for link in self.links.values() if link.node in set(nodes)}
+
+    def affected_jobs(self, layer: str, source: str, labels: dict[str, str], t: float) -> list[Affected]:
+        """The jobs a series of ``layer``/``source``/``labels`` can affect at time ``t``."""
+        if layer == "step":
+            job_id = labels.get("job_id")
+            return [Affected(job_id, "job")] if job_id else []
+        if layer in ("gpu", "nccl", "nic", "host"):
+            job_id = labels.get("job_id")
+            if job_id and self.job(job_id, t):
+                return [Affected(job_id, "node")]
+            return [Affected(j, "node") for j in self.jobs_on_node(source, t)]
+        if layer == "switch":
+            port = labels.get("port")
+            if port is not None and (source, port) in self.by_switch_port:
+                nodes = self.nodes_behind_port(source, port)
+                return self._jobs_of_nodes(nodes, t, "port")
+            nodes = self.nodes_behind_switch(source)
+            if self.tiers.get(source, "leaf") == "leaf" and source in self.by_switch:
+                return self._jobs_of_nodes(nodes, t, "switch")
+            # A spine carries traffic only for jobs that span more than one leaf below it.
+            out = []
+            for affected in self._jobs_of_nodes(nodes, t, "spine"):
+                info = self.job(affected.job_id, t)
+                if info and len(self.leaves_of(info.nodes)) > 1:
+                    out.append(affected)
+            return out
+        if layer == "storage":
+            return [Affected(j.job_id, "pool") for j in self.active_jobs(t) if source in j.storage]
+        return []
+
+    def _jobs_of_nodes(self, nodes: list[str], t: float, relation: str) -> list[Affected]:
+        jobs: set[str] = set()
+        for node in nodes:
+            jobs.update(self.jobs_on_node(node, t))
+        return [Affected(j, relation) for j in sorted(jobs)]
+
+    def active_jobs(self, t: float) -> list[JobInfo]:
+        out = []
+        for job_id in sorted(self.jobs):
+            info = self.job(job_id, t)
+            if info is not None:
+                out.append(info)
+        return out
+
+    def neighbours(self, job_id: str, layer: str, source: str, labels: dict[str, str], t: float) -> list[tuple[str, int, str]]:
+        """Other jobs exposed to the same entity: ``(job_id, gpus, relation)``.
+
+        A switch port's neighbours are the other jobs behind the same port, then behind the same
+        switch; a pool's are the other jobs using the pool.
+        """
+        seen: dict[str, str] = {}
+        if layer == "switch":
+            port = labels.get("port")
+            if port is not None:
+                for a in self._jobs_of_nodes(self.nodes_behind_port(source, port), t, "same_port"):
+                    seen.setdefault(a.job_id, "same_port")
+            for a in self._jobs_of_nodes(self.nodes_behind_switch(source), t, "same_switch"):
+                seen.setdefault(a.job_id, "same_switch")
+        elif layer == "nic":
+            link = self.links.get((source, labels.get("device", ""), labels.get("port", "1")))
+            if link is not None:
+                for a in self._jobs_of_nodes(self.nodes_behind_switch(link.switch), t, "same_switch"):
+                    seen.setdefault(a.job_id, "same_switch")
+        elif layer == "storage":
+            for info in self.active_jobs(t):
+                if source in info.storage:
+                    seen.setdefault(info.job_id, "same_pool")
+        elif layer in ("gpu", "host", "nccl"):
+            for j in self.jobs_on_node(source, t):
+                seen.setdefault(j, "same_node")
+        out = []
+        for other, relation in sorted(seen.items()):
+            if other == job_id:
+                continue
+            info = self.job(other, t)
+            out.append((other, info.gpus if info else 0, relation))
+        return out
+
+    def paths(self, job_id: str, t: float | None = None) -> list[dict[str, object]]:
+        """NIC -> leaf port -> spines for each node of the job."""
+        info = self.job(job_id, t)
+        if info is None:
+            return []
+        out: list[dict[str, object]] = []
+        nodes = set(info.nodes)
+        for link in sorted(self.links.values(), key=lambda lk: (lk.node, lk.device, lk.port)):
+            if link.node in nodes:
+                out.append({"node": link.node, "device": link.device, "port": link.port, "switch": link.switch,
+                            "switch_port": link.switch_port, "fabric": link.fabric,
+                            "spines": sorted(self.uplinks.get(link.switch, ()))})
+        return out
+
+    def fabric_switches(self, job_id: str, t: float | None = None) -> set[str]:
+        """Every switch the job's training traffic may cross (leaves and their uplinks)."""
+        info = self.job(job_id, t)
+        if info is None:
+            return set()
+        leaves = self.leaves_of(info.nodes)
+        out = set(leaves)
+        for leaf in leaves:
+            out |= self.uplinks.get(leaf, set())
+        return out
