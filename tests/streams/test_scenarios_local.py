@@ -1,0 +1,55 @@
+"""The seed incident and a healthy cluster through the pure pipeline (no broker).
+
+These guard the whole detection -> correlation chain quickly; the same scenarios run through the
+real broker in tests/integration.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lockstep.local import run_scenario
+
+
+@pytest.fixture(scope="module")
+def seed_result():
+    return run_scenario("seed-incident")
+
+
+def test_seed_incident_gives_one_network_alert_naming_the_switch_port(seed_result):
+    firing = [a for a in seed_result.alerts if a["status"] == "firing"]
+    assert len(firing) == 1
+    alert = firing[0]
+    assert alert["job_id"] == "llm-70b"
+    assert alert["gpus"] == 256
+    assert alert["root_cause"]["domain"] == "network"
+    assert alert["root_cause"]["source"] == "leaf03"
+    assert alert["root_cause"]["labels"] == {"port": "17"}
+    assert alert["root_cause"]["first_seen"].startswith("2025-11-30T11:42:10")
+    assert alert["severity"] == "critical"
+
+
+def test_seed_incident_timeline_runs_switch_nccl_gpu_step(seed_result):
+    alert = next(a for a in seed_result.alerts if a["status"] == "firing")
+    layers = list(dict.fromkeys(e["layer"] for e in alert["timeline"]))
+    assert layers == ["switch", "nccl", "gpu", "step"]
+    times = [e["ts"] for e in alert["timeline"]]
+    assert times == sorted(times)
+    assert alert["timeline"][0]["source"] == alert["root_cause"]["source"]
+    onsets = {e["layer"]: e["ts"][11:19] for e in reversed(alert["timeline"])}
+    assert onsets == {"switch": "11:42:10", "nccl": "11:42:12", "gpu": "11:42:15", "step": "11:42:18"}
+
+
+def test_seed_incident_resolves_once_with_the_same_identity(seed_result):
+    resolved = [a for a in seed_result.alerts if a["status"] == "resolved"]
+    firing = [a for a in seed_result.alerts if a["status"] == "firing"]
+    assert len(resolved) == 1
+    assert resolved[0]["alert_id"] == firing[0]["alert_id"]
+    assert resolved[0]["dedup_key"] == firing[0]["dedup_key"]
+    assert resolved[0]["resolved_at"] > firing[0]["started_at"]
+
+
+def test_healthy_cluster_raises_no_alert():
+    result = run_scenario("healthy")
+    assert result.alerts == []
+    assert result.samples > 100_000
