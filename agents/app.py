@@ -57,6 +57,14 @@ def correlator_config(settings: LockstepSettings) -> CorrelatorConfig:
     )
 
 
+class LockstepApp(faust.App):
+    """The Faust app with Lockstep's per-process state attached (typed, for the worker and tests)."""
+
+    lockstep_fetch_max_wait_ms: int | None = None
+    lockstep_state: WorkerState
+    lockstep_metrics: WorkerMetrics
+
+
 @dataclass
 class WorkerState:
     """Everything the agents of one worker process hold in memory."""
@@ -80,7 +88,7 @@ def build_app(
     expected_origins: set[str] | None = None,
     on_finished: Callable[[int], None] | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
-) -> tuple[faust.App, WorkerState]:
+) -> tuple[LockstepApp, WorkerState]:
     """Build the Faust app and its agents.
 
     ``expected_origins`` (replay) makes correlation wait for every input partition instead of
@@ -94,9 +102,10 @@ def build_app(
     dcfg = detector_config(settings)
     ccfg = correlator_config(settings)
     session = 10.0 if settings.embedded_broker else 30.0
-    app = faust.App(
+    servers = [b.strip() for b in bootstrap.split(",") if b.strip()]
+    app = LockstepApp(
         settings.app_id,
-        broker=f"lockstep://{bootstrap.split(',')[0]}",
+        broker=[f"lockstep://{server}" for server in servers],
         broker_credentials=faust_credentials(settings),
         store="memory://",
         datadir=str(settings.data_dir),
@@ -116,8 +125,6 @@ def build_app(
         loop=loop,
     )
     app.lockstep_fetch_max_wait_ms = settings.kafka_fetch_max_wait_ms  # read by agents.transport
-    if len(bootstrap.split(",")) > 1:
-        app.conf.broker = [f"lockstep://{b.strip()}" for b in bootstrap.split(",")]
 
     telemetry_topic = app.topic(*cat.telemetry_topics, key_serializer="raw", value_serializer="raw",
                                 partitions=settings.partitions)
@@ -126,7 +133,7 @@ def build_app(
     alerts_topic = app.topic(cat.alerts, key_serializer="raw", value_serializer="raw",
                              partitions=settings.alerts_partitions)
     dlq_topic = app.topic(cat.dlq, key_serializer="raw", value_serializer="raw", partitions=1)
-    raw_schema = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+    raw_schema: Any = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     detector_table = app.Table(DETECTOR_STATE_TABLE, default=None, partitions=settings.partitions,
                                schema=raw_schema)
     correlator_table = app.Table(CORRELATOR_STATE_TABLE, default=None, partitions=settings.partitions,
@@ -203,7 +210,7 @@ def build_app(
         for partition in range(settings.partitions):
             await anomalies_topic.send(key=None, value=value, partition=partition)
 
-    @app.timer(settings.watermark_interval_s, name="broadcast_watermarks")
+    @app.timer(settings.watermark_interval_s, name="broadcast_watermarks")  # type: ignore[untyped-decorator]
     async def watermark_timer() -> None:
         if state.wm_dirty:
             await broadcast_watermarks()
@@ -258,13 +265,13 @@ def build_app(
                 if on_finished is not None:
                     on_finished(partition)
 
-    @app.timer(1.0, name="tick_correlators")
+    @app.timer(1.0, name="tick_correlators")  # type: ignore[untyped-decorator]
     async def tick_correlators() -> None:
         for corr in list(state.correlators.values()):
             await emit_alerts(corr.tick(time.monotonic()).alerts)
 
-    @app.on_partitions_revoked.connect
-    async def on_revoked(app: faust.App, revoked: set[Any], **kwargs: Any) -> None:
+    async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
         for tp in revoked:
             state.pipelines.pop(f"{tp.topic}:{tp.partition}", None)
             state.published_wm.pop(f"{tp.topic}:{tp.partition}", None)
@@ -272,9 +279,9 @@ def build_app(
             if tp.topic == cat.anomalies:
                 state.correlators.pop(tp.partition, None)
 
+    app.on_partitions_revoked.connect(on_revoked)
     app.lockstep_state = state
     app.lockstep_metrics = metrics
-    app.lockstep_dead_letter = dead_letter
     return app, state
 
 

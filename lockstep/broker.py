@@ -166,5 +166,7 @@ class EmbeddedBroker:
     async def __aenter__(self) -> EmbeddedBroker:
         return await self.astart()
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()

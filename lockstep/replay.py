@@ -31,7 +31,7 @@ from lockstep.broker import EmbeddedBroker
 from lockstep.worker import Worker
 from models.inventory import inventory_key
 from models.settings import LockstepSettings
-from streams.ingest import LAYERS, validate_record
+from streams.ingest import validate_record
 
 log = logging.getLogger("lockstep.replay")
 

@@ -155,9 +155,9 @@ class Simulator:
         self.node_index = {n: i for i, n in enumerate(self.nodes)}
         self.job_nodes = {j.job_id: expand_nodes(j.nodes) for j in c.jobs}
         self.node_job: dict[str, JobSpec] = {}
-        for job in c.jobs:
-            for n in self.job_nodes[job.job_id]:
-                self.node_job[n] = job
+        for spec in c.jobs:
+            for name in self.job_nodes[spec.job_id]:
+                self.node_job[name] = spec
         self.leaves = sorted({c.leaf_of(i)[0] for i in range(1, c.nodes + 1)})
         self.spines = [f"spine{i:02d}" for i in range(1, c.spines + 1)]
         n = len(self.nodes)
@@ -231,11 +231,11 @@ class Simulator:
         rng = self.rng
         out: list[Message] = []
         # Job lifecycle events inside the scenario.
-        for job in c.jobs:
-            if job.start_offset > 0 and abs(rel - job.start_offset) < 0.5:
-                out.append(self._job_event(job, t, "RUNNING"))
-            if job.end_offset is not None and abs(rel - job.end_offset) < 0.5:
-                out.append(self._job_event(job, t, "COMPLETED"))
+        for spec in c.jobs:
+            if spec.start_offset > 0 and abs(rel - spec.start_offset) < 0.5:
+                out.append(self._job_event(spec, t, "RUNNING"))
+            if spec.end_offset is not None and abs(rel - spec.end_offset) < 0.5:
+                out.append(self._job_event(spec, t, "COMPLETED"))
         g = c.gpus_per_node
         for i, node in enumerate(self.nodes):
             job = self.node_job.get(node)
@@ -349,7 +349,7 @@ class Simulator:
         """Inventory first, then every second of the scenario."""
         yield from self.inventory()
         total = self.scenario.duration if duration is None else duration
-        for rel in range(int(math.ceil(total))):
+        for rel in range(math.ceil(total)):
             yield from self.tick(float(rel))
 
 

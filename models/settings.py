@@ -76,7 +76,9 @@ class LockstepSettings(BaseSettings):
     # --- Detection ---------------------------------------------------------------------------
     baseline_window: int = Field(default=120, ge=16, le=4096, description="Samples in each series' baseline")
     baseline_min_samples: int = Field(default=20, ge=4)
-    score_threshold: float = Field(default=0.5, gt=0, lt=1, description="Calibrated score at which a sample is anomalous")
+    score_threshold: float = Field(
+        default=0.5, gt=0, lt=1, description="Calibrated score at which a sample is anomalous"
+    )
     z_threshold: float = Field(default=6.0, gt=0, description="Robust z-score that maps to score 0.5")
     confirm_samples: int = Field(default=2, ge=1, le=100)
     clear_samples: int = Field(default=5, ge=1, le=1000)

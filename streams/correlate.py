@@ -46,6 +46,27 @@ CAUSAL_RANK = {
 
 NETWORK_MEANINGS = frozenset({"link_down", "link_errors", "drops", "retransmits", "congestion"})
 
+#: Among anomalies of one entity at the same instant, the more physical signal is named first: a
+#: symbol error explains the receive errors it causes, not the other way round.
+MEANING_RANK = {"link_down": 0, "link_errors": 1, "drops": 2, "retransmits": 3, "congestion": 4, "gpu_fault": 0,
+                "throttle": 1, "temperature": 2}
+PHYSICAL_FIRST = ("SymbolErrorCounter", "LinkDownedCounter", "LinkErrorRecoveryCounter", "LocalLinkIntegrityErrors",
+                  "rx_symbol_err_phy", "rx_pcs_symbol_err_phy", "rx_crc_errors_phy", "link_down_events_phy")
+
+
+def evidence_order(rec: dict[str, Any], key: str = "") -> tuple[float, int, int, int, str]:
+    """Sort key of evidence: onset, then causal rank, then the more physical signal, then name.
+
+    >>> a = {"ts": 10.0, "layer": "switch", "meaning": "link_errors", "metric": "PortRcvErrors"}
+    >>> b = {"ts": 10.0, "layer": "switch", "meaning": "link_errors", "metric": "SymbolErrorCounter"}
+    >>> sorted([a, b], key=evidence_order)[0]["metric"]
+    'SymbolErrorCounter'
+    """
+    metric = rec["metric"]
+    physical = PHYSICAL_FIRST.index(metric) if metric in PHYSICAL_FIRST else len(PHYSICAL_FIRST)
+    return (float(rec["ts"]), causal_rank(rec["layer"], rec["meaning"]), MEANING_RANK.get(rec["meaning"], 9),
+            physical, key)
+
 
 def causal_rank(layer: str, meaning: str) -> int:
     """Rank of a layer/meaning in the causal order switch/NIC -> collective -> GPU -> step.
@@ -255,13 +276,14 @@ class Correlator:
         window = [e for e in job.all_episodes() if onset - cfg.lookback_s <= e.ts <= onset + cfg.grace_s]
         symptoms = sorted((e for e in window if e.role == "symptom" and e.ts >= onset), key=lambda e: (e.ts, e.key))
         causes = [e for e in window if e.role == "cause" and e.ts <= onset]
-        ordered = sorted(causes, key=lambda e: (e.ts, causal_rank(e.start["layer"], e.start["meaning"]), e.key))
+        ordered = sorted(causes, key=lambda e: evidence_order(e.start, e.key))
         first = ordered[0] if ordered else None
         domain, reason = self._domain(job.job_id, first, causes, onset)
         root_rec = first.start if first is not None and domain != "unknown" else (first.start if first else None)
         info = self.inventory.job(job.job_id, onset) or self.inventory.job(job.job_id)
         gpus = info.gpus if info else 0
-        nodes = list(info.nodes) if info else sorted({e.start["source"] for e in window if e.start["layer"] != "switch"})
+        hosts = {e.start["source"] for e in window if e.start["layer"] not in ("switch", "storage")}
+        nodes = list(info.nodes) if info else sorted(hosts)
         sym = symptoms[0].start
         baseline = sym.get("p50") or 0.0
         ratio = (sym["value"] / baseline) if baseline else 0.0
@@ -311,7 +333,8 @@ class Correlator:
             shared = pool_switches & self.inventory.fabric_switches(job_id, onset)
             fabric = [c for c in causes if c.start["layer"] in ("switch", "nic")]
             if shared and fabric:
-                return "network", f"storage via network: pool {first.start['source']} shares {sorted(shared)} with the fabric"
+                pool = first.start["source"]
+                return "network", f"storage via network: pool {pool} shares {sorted(shared)} with the fabric"
             return "storage", f"pool {first.start['source']} {meaning} moved first"
         if layer == "gpu" and meaning in ("gpu_fault", "throttle", "temperature"):
             return "compute", f"{where} {meaning} moved first"
@@ -325,16 +348,16 @@ class Correlator:
             groups.setdefault((e.start["layer"], e.start["metric"]), []).append(e)
         entries = []
         for eps in groups.values():
-            eps.sort(key=lambda e: (e.ts, e.key))
+            eps.sort(key=lambda e: evidence_order(e.start, e.key))
             e = eps[0]
             r = e.start
-            entries.append((e.ts, causal_rank(r["layer"], r["meaning"]), e.key, {
+            entries.append((evidence_order(r, e.key), {
                 "ts": format_ts(r["ts"]), "layer": r["layer"], "source": r["source"], "labels": dict(r["labels"]),
                 "metric": r["metric"], "value": r["value"], "p50": r.get("p50"), "p99": r.get("p99"),
                 "score": r["score"], "meaning": r["meaning"], "entities": len({x.key for x in eps}),
             }))
-        entries.sort(key=lambda t: (t[0], t[1], t[2]))
-        return [t[3] for t in entries[: self.config.timeline_limit]]
+        entries.sort(key=lambda t: t[0])
+        return [t[1] for t in entries[: self.config.timeline_limit]]
 
     def _summary(self, job_id: str, gpus: int, n_nodes: int, ratio: float, onset: float,
                  root: dict[str, Any], timeline: list[dict[str, Any]]) -> str:
@@ -346,7 +369,8 @@ class Correlator:
             return head + "; no component moved first (domain unknown)"
         where = f"{root['layer']} {root['source']}" + (f" {_labels_text(root['labels'])}" if root["labels"] else "")
         order = " -> ".join(dict.fromkeys(e["layer"] for e in timeline))
-        return f"{head}; {root['domain']}: {where} moved first at {root['first_seen'][11:19]} ({root['metric']}); {order}"
+        first = root["first_seen"][11:19]
+        return f"{head}; {root['domain']}: {where} moved first at {first} ({root['metric']}); {order}"
 
     def _resolve(self, job: JobTimeline, inc: Incident, cleared: float) -> dict[str, Any]:
         alert = dict(inc.alert)

@@ -93,9 +93,8 @@ def decode_records(raw: bytes) -> tuple[list[Any] | None, Rejection | None, str 
 
 def _time(value: Any, name: str) -> float:
     # Fast path for the common case (a plain number in range); the rest goes through parse_ts.
-    if type(value) is float or type(value) is int:
-        if MIN_TS <= value < MAX_TS:
-            return float(value)
+    if (type(value) is float or type(value) is int) and MIN_TS <= value < MAX_TS:
+        return float(value)
     try:
         return parse_ts(value)
     except TimestampError as exc:

@@ -202,7 +202,9 @@ class InventoryIndex:
                 out.append(info)
         return out
 
-    def neighbours(self, job_id: str, layer: str, source: str, labels: dict[str, str], t: float) -> list[tuple[str, int, str]]:
+    def neighbours(
+        self, job_id: str, layer: str, source: str, labels: dict[str, str], t: float
+    ) -> list[tuple[str, int, str]]:
         """Other jobs exposed to the same entity: ``(job_id, gpus, relation)``.
 
         A switch port's neighbours are the other jobs behind the same port, then behind the same
@@ -232,8 +234,8 @@ class InventoryIndex:
         for other, relation in sorted(seen.items()):
             if other == job_id:
                 continue
-            info = self.job(other, t)
-            out.append((other, info.gpus if info else 0, relation))
+            other_info = self.job(other, t)
+            out.append((other, other_info.gpus if other_info else 0, relation))
         return out
 
     def paths(self, job_id: str, t: float | None = None) -> list[dict[str, object]]:

@@ -133,9 +133,9 @@ class PartitionPipeline:
         counter = np.fromiter((reg.meta[i].info.counter for i in ids), dtype=bool, count=n)
         negative = counter & (values < 0)
         if negative.any():
-            for i in np.flatnonzero(negative):
+            for bad in np.flatnonzero(negative):
                 out.dead_letters.append(DeadLetterOut("normalise", "counter value is negative", "ValidationFailed",
-                                                      _record_name(batch, samples[i]), raw))
+                                                      _record_name(batch, samples[int(bad)]), raw))
             keep &= ~negative
             out.rejected += int(negative.sum())
         for layer in (s.layer for s in samples):
@@ -169,11 +169,11 @@ class PartitionPipeline:
         usable = np.where(counter, ~np.isnan(res.rate), ~stale)
         out.resets += int((res.reset & counter).sum())
         out.duplicates += int(res.duplicate.sum())
-        for i in np.flatnonzero(res.out_of_order):
+        for late in np.flatnonzero(res.out_of_order):
             out.out_of_order += 1
             out.dead_letters.append(DeadLetterOut(
-                "rate", f"out of order: ts {ts[i]:.3f} is not after the series' last sample",
-                "LateData", _record_name(batch, samples[int(i)]), raw))
+                "rate", f"out of order: ts {ts[late]:.3f} is not after the series' last sample",
+                "LateData", _record_name(batch, samples[int(late)]), raw))
         use = np.flatnonzero(usable)
         if use.size == 0:
             return

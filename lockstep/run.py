@@ -1,0 +1,149 @@
+"""``lockstep run``: the whole thing on a laptop — embedded broker, a worker, a simulated cluster.
+
+The simulator plays a scenario (default ``seed-incident``) at ``speed`` times real time, then keeps
+the cluster running healthily in real time until Ctrl-C. Each alert is printed as a readable block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import signal
+import sys
+import time
+from typing import Any, TextIO
+
+import orjson
+
+from agents.kafka import client_kwargs, start_producer
+from agents.topics import TopicCatalogue, create_topics
+from lockstep.broker import EmbeddedBroker
+from lockstep.render import render_alert
+from lockstep.replay import message_key
+from lockstep.simulate import SCENARIOS, Simulator
+from lockstep.worker import Worker
+from models.inventory import inventory_adapter, inventory_key
+from models.settings import LockstepSettings
+
+log = logging.getLogger("lockstep.run")
+
+
+async def play(settings: LockstepSettings, bootstrap: str, scenario: str, speed: float, seed: int,
+               stop: asyncio.Event, start_ts: float, realtime_after: bool = True) -> None:
+    """Produce the scenario to the telemetry topics, paced at ``speed`` x real time."""
+    cat = TopicCatalogue(settings)
+    sim = Simulator(SCENARIOS[scenario], start_ts=start_ts, seed=seed)
+    producer = await start_producer(settings, bootstrap)
+    try:
+        wall0 = time.monotonic()
+        rel = 0
+        duration = sim.scenario.duration
+        while not stop.is_set():
+            if rel >= duration and not realtime_after:
+                break
+            for msg in sim.tick(float(rel)):
+                if msg.topic == "inventory":
+                    event = inventory_adapter.validate_python(msg.value)
+                    await producer.send(cat.inventory, event.model_dump_json().encode(),
+                                        key=inventory_key(event).encode())
+                    continue
+                key = message_key(msg.value[0]) if msg.value else msg.key
+                await producer.send(cat.telemetry(msg.topic), orjson.dumps(msg.value), key=key.encode())
+            rel += 1
+            target = wall0 + (rel / speed if rel <= duration else duration / speed + (rel - duration))
+            delay = target - time.monotonic()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+    finally:
+        await producer.stop()
+
+
+async def print_alerts(settings: LockstepSettings, bootstrap: str, out: TextIO, stop: asyncio.Event,
+                       on_alert: Any = None) -> None:
+    """Follow the alerts topic and print each record as a block."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(TopicCatalogue(settings).alerts, **client_kwargs(settings, bootstrap), group_id=None,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=200)
+            for msgs in batches.values():
+                for m in msgs:
+                    alert = orjson.loads(m.value)
+                    out.write("\n" + render_alert(alert) + "\n")
+                    out.flush()
+                    if on_alert is not None:
+                        on_alert(alert)
+    finally:
+        await consumer.stop()
+
+
+async def run(settings: LockstepSettings, *, scenario: str = "seed-incident", speed: float = 10.0, seed: int = 7,
+              exit_on: str | None = None, max_seconds: float | None = None, out: TextIO = sys.stdout) -> int:
+    """Run until Ctrl-C, ``max_seconds``, or the first alert with status ``exit_on``.
+
+    Returns 0, or 1 if ``exit_on`` was given and no such alert came before ``max_seconds``.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    broker = None
+    worker = None
+    tasks: list[asyncio.Task[None]] = []
+    seen: list[dict[str, Any]] = []
+    started = time.monotonic()
+    try:
+        bootstrap = settings.kafka_bootstrap_servers
+        if bootstrap is None:
+            broker = await EmbeddedBroker(log_dir=settings.data_dir).astart()
+            bootstrap = broker.bootstrap
+            out.write(f"lockstep: embedded Kafka-protocol broker (Tansu, pid {broker.pid}) on {bootstrap}\n")
+        await create_topics(settings, bootstrap)
+        # Inventory first, so the worker starts with the cluster's jobs and topology loaded.
+        anchor = math.floor(time.time()) - 5.0
+        sim = Simulator(SCENARIOS[scenario], start_ts=anchor, seed=seed)
+        producer = await start_producer(settings, bootstrap)
+        cat = TopicCatalogue(settings)
+        for msg in sim.inventory():
+            event = inventory_adapter.validate_python(msg.value)
+            await producer.send(cat.inventory, event.model_dump_json().encode(), key=inventory_key(event).encode())
+        await producer.stop()
+        worker = Worker(settings, bootstrap)
+        await worker.start()
+        sc = SCENARIOS[scenario]
+        out.write(f"lockstep: worker up; simulating {len(sim.nodes)} nodes x {sim.cluster.gpus_per_node} GPUs, "
+                  f"{len(sim.cluster.jobs)} jobs; scenario {scenario} at {speed:g}x ({sc.description})\n")
+        out.write("lockstep: waiting for alerts (Ctrl-C to stop)\n")
+        out.flush()
+
+        def on_alert(alert: dict[str, Any]) -> None:
+            seen.append(alert)
+            if exit_on is not None and alert["status"] == exit_on:
+                stop.set()
+
+        tasks.append(loop.create_task(play(settings, bootstrap, scenario, speed, seed, stop, anchor)))
+        tasks.append(loop.create_task(print_alerts(settings, bootstrap, out, stop, on_alert)))
+        if max_seconds is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=max(0.0, max_seconds - (time.monotonic() - started)))
+        else:
+            await stop.wait()
+    finally:
+        stop.set()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, timeout=5)
+        if worker is not None:
+            await worker.stop()
+        if broker is not None:
+            broker.stop()
+    if exit_on is not None and not any(a["status"] == exit_on for a in seen):
+        return 1
+    return 0

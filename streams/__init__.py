@@ -1,0 +1,1 @@
+"""Pure stream logic: decoding, rates, detection, correlation, inventory. Never imports Faust."""
