@@ -6,11 +6,14 @@ reads the environment: it receives the small config objects derived here.
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 
 class SecurityProtocol(StrEnum):
@@ -24,6 +27,37 @@ class SaslMechanism(StrEnum):
     PLAIN = "PLAIN"
     SCRAM_SHA_256 = "SCRAM-SHA-256"
     SCRAM_SHA_512 = "SCRAM-SHA-512"
+
+
+# --- Delivery secrets (issue 6) -------------------------------------------------------------------
+class DeliverySecretsSource(PydanticBaseSettingsSource):
+    """``LOCKSTEP_SECRET_<NAME>=value`` and ``LOCKSTEP_SECRET_<NAME>_FILE=path`` -> ``delivery_secrets[name]``.
+
+    Names are lower-cased (routes reference ``{secret: slack_oncall}``). A ``_FILE`` variant reads
+    the file (trailing newline stripped); an unreadable file fails start-up naming the variable,
+    never the value.
+    """
+
+    PREFIX = "LOCKSTEP_SECRET_"
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, str] = {}
+        for key, value in os.environ.items():
+            if not key.upper().startswith(self.PREFIX) or len(key) == len(self.PREFIX):
+                continue
+            name = key[len(self.PREFIX):]
+            if name.upper().endswith("_FILE"):
+                name = name[:-5]
+                try:
+                    value = Path(value).read_text(encoding="utf-8").rstrip("\r\n")
+                except OSError as exc:
+                    raise ValueError(f"{key}: cannot read the secret file: {exc.strerror}") from None
+            found[name.lower()] = value
+        return {"delivery_secrets": found} if found else {}
+# --- end of delivery secrets ---------------------------------------------------------------------
 
 
 class LockstepSettings(BaseSettings):
@@ -96,6 +130,51 @@ class LockstepSettings(BaseSettings):
     # --- Operator surface --------------------------------------------------------------------
     api_token: SecretStr | None = Field(default=None, description="Bearer token for write endpoints")
     public_url: str | None = Field(default=None, description="Base URL used in alert links")
+
+    # --- Delivery (issue 6; docs/delivery.md) ------------------------------------------------
+    delivery_routes_file: Path | None = Field(
+        default=None, description="Routing tree and receivers (YAML, deploy/routes.example.yaml)")
+    delivery_secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Secrets that routes reference as {secret: NAME}: a JSON object here, or one "
+                    "LOCKSTEP_SECRET_<NAME> / LOCKSTEP_SECRET_<NAME>_FILE per secret, or files in "
+                    "delivery_secrets_dir")
+    delivery_secrets_dir: Path | None = Field(
+        default=None,
+        description="Directory of secret files (file name = secret name), e.g. a Kubernetes secret volume")
+    delivery_reload_interval_s: float = Field(
+        default=5.0, gt=0, description="How often the routing file is checked for changes (SIGHUP reloads at once)")
+    delivery_offset_reset: Literal["earliest", "latest"] = Field(
+        default="latest", description="Where a receiver without a committed offset starts reading alerts")
+    delivery_max_pending: int = Field(
+        default=1000, ge=1, le=100_000,
+        description="Alerts read but not yet settled per receiver before reading pauses")
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, DeliverySecretsSource(settings_cls), dotenv_settings,
+                file_secret_settings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _delivery_secrets(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        secrets = {str(k).lower(): v for k, v in (data.get("delivery_secrets") or {}).items()}
+        folder = data.get("delivery_secrets_dir")
+        if folder:
+            path = Path(folder)
+            if not path.is_dir():
+                raise ValueError(f"delivery_secrets_dir {path} is not a directory")
+            for item in sorted(path.iterdir()):
+                if item.is_file() and not item.name.startswith("."):
+                    secrets.setdefault(item.name.lower(), item.read_text(encoding="utf-8").rstrip("\r\n"))
+        return {**data, "delivery_secrets": secrets}
+    # --- end of Delivery ---------------------------------------------------------------------
 
     @field_validator("kafka_bootstrap_servers")
     @classmethod
