@@ -1,0 +1,27 @@
+"""Delivery errors: the two leaves of ``DeliveryError`` with what a retry or a dead letter needs.
+
+Branch on the class (``retryable``), never on the text. Messages never contain a URL or a secret:
+they name the receiver and the HTTP status, and response bodies are redacted before they get here.
+"""
+
+from __future__ import annotations
+
+from models.errors import DeliveryRejected, DeliveryRetryable
+
+
+class ReceiverUnavailable(DeliveryRetryable):
+    """429, 5xx, a timeout or a refused connection. ``retry_after`` (seconds) when the receiver said."""
+
+    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class ReceiverRejected(DeliveryRejected):
+    """A 4xx other than 408/429: the payload is wrong for the receiver and never will be right."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
