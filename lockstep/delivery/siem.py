@@ -123,7 +123,7 @@ def cef_event(alert: dict[str, Any], ctx: DeliveryContext) -> str:
     >>> a = {"type": "job_slowdown", "severity": "critical", "status": "firing", "summary": "a|b=c",
     ...      "alert_id": "x1", "dedup_key": "k", "job_id": "llm", "started_at": "2025-11-30T11:42:18Z",
     ...      "detected_at": "2025-11-30T11:42:23Z", "root_cause": {"domain": "network", "source": "leaf03"}}
-    >>> cef_event(a, DeliveryContext(now=0.0, version="0.1.0"))[:71]
+    >>> cef_event(a, DeliveryContext(now=0.0, version="0.1.0"))[:70]
     'CEF:0|Lockstep|Lockstep|0.1.0|job_slowdown|a\\|b=c|10|rt=1764502943000 '
     """
     root = alert.get("root_cause") or {}
