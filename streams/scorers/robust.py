@@ -1,0 +1,250 @@
+"""The production scorer: robust, seasonal, constant state per series, vectorised across series.
+
+Each series keeps two predictors and picks, sample by sample, the one that has lately been better:
+
+- **level**: an exponentially weighted level (rate ``level_alpha``), for series without a daily shape;
+- **daily profile**: ``bins`` time-of-day slots (event time, UTC), each an exponentially weighted
+  value (rate ``season_alpha``), for series with one (the profile is used once its recent absolute
+  error is below ``season_gain`` times the level's).
+
+The residual of the chosen predictor is divided by its scale (an exponentially weighted mean absolute
+residual, rate ``scale_alpha``, floored at ``floor_rel`` of the level) to give a z-score. Every update
+is Huber-clipped at ``huber`` scales, so a spike moves neither the level nor the scale much, while a
+lasting level shift or slow drift is absorbed within about ``1 / level_alpha`` samples: the series is
+judged against its *recent* self.
+
+Two scores come out, both calibrated with the same map ``s = z / (z + z_threshold)`` (``z <= 0``
+gives 0; ``z = z_threshold`` gives exactly 0.5; never saturates, so scores stay comparable):
+
+- ``score``: the surprise of this sample (what the episode state machine of
+  :class:`streams.detect.DetectorBank` thresholds);
+- ``novelty``: the same, but only where the surprise is more than ``novelty_ratio`` times the largest
+  surprise of the recent past (decaying with a half-life of ``novelty_half_life`` samples), else 0.
+  It marks the *start* of an event once instead of every sample of it: the score NAB rewards.
+
+State per series: 7 float64, 1 int32 and ``bins`` float32 (48 bins: 252 bytes).
+
+>>> s = RobustScorer(RobustConfig(min_samples=10, bins=0))
+>>> s.register(0)
+>>> rng = np.random.default_rng(0)
+>>> for t in range(200):
+...     _ = s.update(np.array([0]), np.array([60.0 * t]), np.array([10.0 + rng.normal()]))
+>>> quiet = s.update(np.array([0]), np.array([12000.0]), np.array([10.5]))
+>>> spike = s.update(np.array([0]), np.array([12060.0]), np.array([25.0]))
+>>> bool(quiet[0] < 0.5 < spike[0])
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from streams.series import grow
+
+#: Mean absolute deviation to standard deviation for a normal distribution (sqrt(pi / 2)).
+MAD_TO_SD = 1.2533141373155001
+#: Direction codes: which sign of the residual is bad.
+UP, DOWN, BOTH = 1, -1, 0
+
+
+@dataclass(frozen=True, slots=True)
+class RobustConfig:
+    """Tuning of :class:`RobustScorer` (rates are per sample)."""
+
+    level_alpha: float = 0.05
+    scale_alpha: float = 0.02
+    season_alpha: float = 0.25
+    bins: int = 48
+    season_gain: float = 0.8
+    huber: float = 4.0
+    floor_rel: float = 0.01
+    floor_abs: float = 1e-9
+    z_threshold: float = 6.0
+    min_samples: int = 20
+    novelty_ratio: float = 2.0
+    novelty_half_life: float = 200.0
+    #: Moves smaller than this fraction of the expected value never score (0 disables).
+    min_relative_change: float = 0.0
+    threshold: float = 0.5
+
+    @classmethod
+    def for_window(cls, window: int, **kw: float | int) -> RobustConfig:
+        """Rates for a baseline memory of about ``window`` samples (level 5/window, scale 2/window)."""
+        return cls(level_alpha=min(1.0, 5.0 / window), scale_alpha=min(1.0, 2.0 / window), **kw)  # type: ignore[arg-type]
+
+
+def calibrate(z: np.ndarray, z_threshold: float) -> np.ndarray:
+    """Map a directional z-score to ``[0, 1)``: ``z_threshold`` maps to 0.5, ``z <= 0`` to 0.
+
+    >>> calibrate(np.array([-1.0, 0.0, 6.0, 18.0]), 6.0).tolist()
+    [0.0, 0.0, 0.5, 0.75]
+    """
+    zp = np.maximum(np.nan_to_num(z, nan=0.0, posinf=1e300), 0.0)
+    return zp / (zp + z_threshold)
+
+
+@dataclass(slots=True)
+class RobustScores:
+    """Per-row outputs of one :meth:`RobustScorer.evaluate`."""
+
+    score: np.ndarray
+    novelty: np.ndarray
+    z: np.ndarray  # directional z-score (bad direction positive)
+    expected: np.ndarray  # the chosen predictor's expected value (NaN before the first sample)
+    scale: np.ndarray  # the chosen predictor's scale, in value units (standard-deviation-like)
+    warm: np.ndarray
+    # internals handed from evaluate() to learn()
+    _bins: np.ndarray
+    _r_level: np.ndarray
+    _r_season: np.ndarray
+    _has_season: np.ndarray
+    _floor: np.ndarray
+    _zdir: np.ndarray
+
+
+class RobustScorer:
+    """Robust seasonal z-scores for many series; see the module docstring."""
+
+    _F64 = ("level", "mad_level", "err_level", "mad_season", "err_season", "peak")
+
+    def __init__(self, config: RobustConfig | None = None) -> None:
+        self.config = config or RobustConfig()
+        self.threshold = self.config.threshold
+        self._decay = 0.5 ** (1.0 / self.config.novelty_half_life)
+        self.level = np.zeros(0)
+        self.mad_level = np.zeros(0)
+        self.err_level = np.zeros(0)
+        self.mad_season = np.zeros(0)
+        self.err_season = np.zeros(0)
+        self.peak = np.zeros(0)
+        self.count = np.zeros(0, dtype=np.int32)
+        self.direction = np.zeros(0, dtype=np.int8)
+        self.profile = np.full((0, max(self.config.bins, 1)), np.nan, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return int(self.count.shape[0])
+
+    def register(self, sid: int, direction: int = BOTH) -> None:
+        """Declare series ``sid`` (dense ids; storage grows by doubling) and its bad direction."""
+        size = sid + 1
+        if size > self.count.shape[0]:
+            for name in self._F64:
+                setattr(self, name, grow(getattr(self, name), size, 0.0))
+            self.count = grow(self.count, size, 0)
+            self.direction = grow(self.direction, size, 0)
+            self.profile = grow(self.profile, size, np.nan)
+        self.direction[sid] = direction
+
+    def _bin(self, ts: np.ndarray) -> np.ndarray:
+        bins = self.config.bins
+        return (np.mod(ts, 86400.0) * (bins / 86400.0)).astype(np.int64) % max(bins, 1)
+
+    def evaluate(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> RobustScores:
+        """Score rows ``x`` of series ``ids`` (unique) at times ``ts``, without learning."""
+        cfg = self.config
+        count = self.count[ids]
+        lvl = self.level[ids]
+        first = count == 0
+        lvl = np.where(first, x, lvl)
+        b = self._bin(ts)
+        prof = self.profile[ids, b].astype(np.float64) if cfg.bins > 0 else np.full(ids.shape[0], np.nan)
+        has_season = ~np.isnan(prof)
+        r_level = x - lvl
+        r_season = np.where(has_season, x - prof, r_level)
+        use_season = has_season & (self.err_season[ids] < cfg.season_gain * self.err_level[ids])
+        floor = cfg.floor_rel * np.abs(lvl) + cfg.floor_abs
+        r = np.where(use_season, r_season, r_level)
+        mad = np.maximum(np.where(use_season, self.mad_season[ids], self.mad_level[ids]), floor)
+        z = r / (MAD_TO_SD * mad)
+        direction = self.direction[ids]
+        zdir = np.where(direction == 0, np.abs(z), z * direction)
+        if cfg.min_relative_change > 0:
+            expected = np.where(use_season, prof, lvl)
+            zdir = np.where(np.abs(r) < cfg.min_relative_change * np.abs(expected), 0.0, zdir)
+        warm = count >= cfg.min_samples
+        zdir = np.where(warm, zdir, 0.0)
+        peak = self.peak[ids]
+        novel = np.where(zdir > cfg.novelty_ratio * peak, zdir, 0.0)
+        return RobustScores(
+            score=calibrate(zdir, cfg.z_threshold), novelty=calibrate(novel, cfg.z_threshold), z=zdir,
+            expected=np.where(use_season, prof, lvl),
+            scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
+            _has_season=has_season, _floor=floor, _zdir=zdir,
+        )
+
+    def learn(self, ids: np.ndarray, x: np.ndarray, ev: RobustScores, mask: np.ndarray | None = None) -> None:
+        """Advance the state of series ``ids`` with the rows evaluated in ``ev``.
+
+        Rows where ``mask`` is False do not move the baselines (the bank freezes them during an
+        episode), but they still count for warm-up and for the novelty memory.
+        """
+        cfg = self.config
+        warm = ev.warm
+        self.peak[ids] = np.where(warm, np.maximum(self.peak[ids] * self._decay, ev._zdir), self.peak[ids])
+        self.count[ids] = np.minimum(self.count[ids].astype(np.int64) + 1, 2**31 - 1)
+        if mask is not None:
+            if not mask.any():
+                return
+            ids, x, sel = ids[mask], x[mask], mask
+        else:
+            sel = slice(None)  # type: ignore[assignment]
+        floor = ev._floor[sel]
+        r_l = ev._r_level[sel]
+        mad_l = self.mad_level[ids]
+        first = self.count[ids] <= 1
+        lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l, floor)
+        lvl = np.where(first, x, self.level[ids])
+        self.level[ids] = lvl + cfg.level_alpha * np.clip(r_l, -lim_l, lim_l)
+        self.mad_level[ids] = np.where(first, 0.0, mad_l + cfg.scale_alpha * (np.minimum(np.abs(r_l), lim_l) - mad_l))
+        err_l = self.err_level[ids]
+        self.err_level[ids] = np.where(first, 0.0, err_l + cfg.scale_alpha * (np.abs(r_l) - err_l))
+        if cfg.bins <= 0:
+            return
+        b = ev._bins[sel]
+        has = ev._has_season[sel]
+        r_s = ev._r_season[sel]
+        mad_s = self.mad_season[ids]
+        lim_s = cfg.huber * MAD_TO_SD * np.maximum(mad_s, floor)
+        prof = self.profile[ids, b].astype(np.float64)
+        self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * np.clip(r_s, -lim_s, lim_s), x)
+        self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(np.abs(r_s), lim_s) - mad_s),
+                                        mad_s)
+        err_s = self.err_season[ids]
+        # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
+        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, np.abs(r_s), 2.0 * np.abs(r_l)) - err_s)
+
+    def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Score then learn (the :class:`streams.scorers.base.Scorer` contract); returns ``score``."""
+        ev = self.evaluate(ids, ts, x)
+        self.learn(ids, x, ev)
+        return ev.score
+
+    def update_detail(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> RobustScores:
+        """Score then learn; returns every output."""
+        ev = self.evaluate(ids, ts, x)
+        self.learn(ids, x, ev)
+        return ev
+
+    def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
+        """State of the first ``n`` series (all by default) as named arrays."""
+        n = len(self) if n is None else n
+        names = (*self._F64, "count", "direction", "profile")
+        return {f"robust.{k}": getattr(self, k)[:n].copy() for k in names}
+
+    def restore(self, data: dict[str, np.ndarray]) -> None:
+        n = data["robust.count"].shape[0]
+        if data["robust.profile"].shape[1:] != self.profile.shape[1:]:
+            raise ValueError("snapshot profile bins differ from the configured bins")
+        if n:
+            self.register(n - 1)
+        for k in (*self._F64, "count", "direction", "profile"):
+            getattr(self, k)[:n] = data[f"robust.{k}"]
+
+    @property
+    def nbytes_per_series(self) -> float:
+        """State bytes per registered series (allocated capacity counted as used)."""
+        names = (*self._F64, "count", "direction", "profile")
+        cap = max(self.count.shape[0], 1)
+        return sum(getattr(self, k).nbytes for k in names) / cap
