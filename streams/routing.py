@@ -520,8 +520,9 @@ def reload_routing(current: RoutingConfig, text: str, source: str = "routes") ->
 
 def missing_secrets(config: RoutingConfig, available: Iterable[str]) -> list[str]:
     """``"path: secret NAME is not set"`` for every referenced secret not in ``available``."""
-    have = set(available)
-    return [f'{path}: secret "{name}" is not set' for path, name in config.secret_refs() if name not in have]
+    have = {name.lower() for name in available}
+    return [f'{path}: secret "{name}" is not set' for path, name in config.secret_refs()
+            if name.lower() not in have]
 
 
 # --------------------------------------------------------------------------------------------------
