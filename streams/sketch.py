@@ -1,0 +1,233 @@
+"""Rolling tail percentiles per series over event-time windows, with a fixed memory per series.
+
+Each series has one log-bucket grid (DDSketch-style: bucket ``k`` holds values in
+``(gamma**(k-1), gamma**k]`` with ``gamma = (1 + accuracy) / (1 - accuracy)``, so any value read back
+is within ``accuracy`` of a value of the bucket) of ``buckets`` counters, and for every window ``w`` two
+panes of that grid: the current pane (event time ``[p*w, (p+1)*w)``) and the previous one. A window
+ending at ``now`` is estimated the way sliding-window rate limiters do it: the current pane plus the
+previous pane weighted by the part of it still inside the window (``1 - (now - p*w) / w``), which
+assumes the previous pane's samples were spread evenly in time. Samples older than ``2 w`` never
+count; a sample one pane late still lands in the previous pane; older ones are dropped and counted.
+
+The grid covers ``gamma ** (buckets - 3)`` (about 22x for the defaults) below its top and moves up when
+a larger value arrives, folding the lowest buckets into bucket 1 (the high percentiles, the ones that
+matter for stalls, stay exact to ``accuracy``; a percentile that falls into the folded bucket reads as
+its upper edge). Bucket 0 counts values ``<= 0`` (read back as 0: these are non-negative quantities such
+as latencies, times, rates and utilisations). Counters are ``uint16`` by default and saturate at 65535
+per bucket and pane (use ``uint32`` for sources above ~18 samples/s into one 1-hour pane).
+
+Memory per series with the defaults (windows 60/300/3600 s, 64 buckets, uint16): 3 * 2 * 64 * 2 bytes
+of counts + 36 bytes of bookkeeping = 804 bytes, whatever the sample rate.
+
+>>> rp = RollingPercentiles(SketchConfig(windows=(60.0,)))
+>>> rp.register(0)
+>>> for t in range(240):   # one sample a second; every minute holds the values 1..60 once
+...     rp.add(np.array([0]), np.array([float(t)]), np.array([float(t % 60 + 1)]))
+>>> [round(float(v), 1) for v in rp.quantiles(np.array([0]), (50.0, 99.0), window=0)[:, 0]]
+[30.7, 58.9]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from streams.series import grow
+
+#: ``SketchConfig.percentiles`` default: what capacity teams ask for.
+DEFAULT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+_NO_PANE = np.iinfo(np.int64).min // 4
+
+
+@dataclass(frozen=True, slots=True)
+class SketchConfig:
+    windows: tuple[float, ...] = (60.0, 300.0, 3600.0)
+    buckets: int = 64
+    accuracy: float = 0.025
+    dtype: str = "uint16"
+    #: Where the first positive value of a series lands, counted from the top bucket.
+    headroom: int = 16
+
+    @property
+    def gamma(self) -> float:
+        return (1.0 + self.accuracy) / (1.0 - self.accuracy)
+
+
+class RollingPercentiles:
+    """Per-series rolling percentile sketches; see the module docstring."""
+
+    def __init__(self, config: SketchConfig | None = None) -> None:
+        self.config = cfg = config or SketchConfig()
+        if cfg.buckets < 8:
+            raise ValueError("need at least 8 buckets")
+        self._log_gamma = float(np.log(cfg.gamma))
+        self._max = int(np.iinfo(np.dtype(cfg.dtype)).max)
+        nw, b = len(cfg.windows), cfg.buckets
+        self._w = np.asarray(cfg.windows, dtype=np.float64)
+        self.counts = np.zeros((0, nw, 2, b), dtype=cfg.dtype)
+        self.pane = np.full((0, nw), _NO_PANE, dtype=np.int64)
+        self.offset = np.zeros(0, dtype=np.int32)  # key of bucket 1's upper edge minus 1
+        self.started = np.zeros(0, dtype=bool)
+        self.last_ts = np.full(0, np.nan)
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return int(self.offset.shape[0])
+
+    def register(self, sid: int) -> None:
+        """Make room for series ``sid`` (dense ids, storage grows by doubling)."""
+        size = sid + 1
+        if size > self.offset.shape[0]:
+            self.counts = grow(self.counts, size, 0)
+            self.pane = grow(self.pane, size, _NO_PANE)
+            self.offset = grow(self.offset, size, 0)
+            self.started = grow(self.started, size, False)
+            self.last_ts = grow(self.last_ts, size, np.nan)
+
+    # -- grid -----------------------------------------------------------------------------------
+    def _keys(self, x: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k = np.ceil(np.log(np.where(x > 0, x, 1.0)) / self._log_gamma)
+        return k.astype(np.int64)
+
+    def _shift(self, sid: int, d: int) -> None:
+        """Move series ``sid``'s grid up by ``d`` buckets, folding the lowest into bucket 1."""
+        c = self.counts[sid].astype(np.int64)
+        b = c.shape[-1]
+        d = min(d, b - 2)
+        folded = c[..., 1: 2 + d].sum(axis=-1)
+        c[..., 2: b - d] = c[..., 2 + d:]
+        c[..., b - d:] = 0
+        c[..., 1] = folded
+        self.counts[sid] = np.minimum(c, self._max)
+        self.offset[sid] += d
+
+    def _bucket(self, ids: np.ndarray, x: np.ndarray) -> np.ndarray:
+        cfg = self.config
+        b = cfg.buckets
+        pos = x > 0
+        keys = self._keys(x)
+        # A series' first positive value places its grid.
+        fresh = pos & ~self.started[ids]
+        if fresh.any():
+            fi = ids[fresh]
+            self.offset[fi] = (keys[fresh] - (b - 1 - cfg.headroom) + 1).astype(np.int32)
+            self.started[fi] = True
+        j = keys - self.offset[ids] + 1
+        over = pos & (j > b - 1)
+        if over.any():
+            for k in np.flatnonzero(over):
+                self._shift(int(ids[k]), int(j[k] - (b - 1)))
+            j = keys - self.offset[ids] + 1
+        return np.where(pos, np.clip(j, 1, b - 1), 0)
+
+    # -- updates --------------------------------------------------------------------------------
+    def add(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> None:
+        """Add one sample per series (``ids`` unique within a call; use :meth:`add_many` otherwise)."""
+        if ids.size == 0:
+            return
+        bucket = self._bucket(ids, x)
+        self.last_ts[ids] = np.fmax(self.last_ts[ids], ts)
+        for wi in range(self._w.shape[0]):
+            p = np.floor(ts / self._w[wi]).astype(np.int64)
+            cur = self.pane[ids, wi]
+            adv = p - cur
+            roll1 = adv == 1
+            reset = adv >= 2
+            if roll1.any():
+                r = ids[roll1]
+                self.counts[r, wi, 1] = self.counts[r, wi, 0]
+                self.counts[r, wi, 0] = 0
+            if reset.any():
+                r = ids[reset]
+                self.counts[r, wi] = 0
+            self.pane[ids, wi] = np.where(adv >= 1, p, cur)
+            slot = np.where(adv >= 0, 0, 1)
+            ok = adv >= -1
+            if not ok.all():
+                self.dropped += int((~ok).sum())
+            oi, os_, ob = ids[ok], slot[ok], bucket[ok]
+            vals = self.counts[oi, wi, os_, ob]
+            self.counts[oi, wi, os_, ob] = np.where(vals < self._max, vals + 1, vals)
+
+    def add_many(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> None:
+        """Add samples in any order, several per series allowed (processed in event-time order)."""
+        from streams.series import occurrence_rounds
+
+        order = np.argsort(ts, kind="stable")
+        ids, ts, x = ids[order], ts[order], x[order]
+        for rnd in occurrence_rounds(ids):
+            self.add(ids[rnd], ts[rnd], x[rnd])
+
+    # -- reads ----------------------------------------------------------------------------------
+    def window_counts(self, ids: np.ndarray, window: int, now: np.ndarray | float | None = None) -> np.ndarray:
+        """Estimated counts per bucket of the window ending at ``now`` (default: each series' last sample)."""
+        w = self._w[window]
+        t = self.last_ts[ids] if now is None else np.broadcast_to(np.asarray(now, dtype=np.float64), ids.shape)
+        t = np.nan_to_num(t, nan=0.0)
+        p_now = np.floor(t / w).astype(np.int64)
+        frac = (t - p_now * w) / w
+        cur = self.counts[ids, window, 0].astype(np.float64)
+        prev = self.counts[ids, window, 1].astype(np.float64)
+        gap = p_now - self.pane[ids, window]
+        keep_prev = np.where(gap == 0, 1.0 - frac, 0.0)
+        keep_cur = np.where(gap == 0, 1.0, np.where(gap == 1, 1.0 - frac, 0.0))
+        return cur * keep_cur[:, None] + prev * keep_prev[:, None]
+
+    def values(self, ids: np.ndarray) -> np.ndarray:
+        """The value each bucket reads back as, per series: shape ``(len(ids), buckets)``."""
+        g = self.config.gamma
+        j = np.arange(self.config.buckets)
+        k = self.offset[ids][:, None].astype(np.float64) + j[None, :] - 1
+        mid = 2.0 * g ** k / (g + 1.0)
+        edge1 = g ** (self.offset[ids].astype(np.float64))
+        v = np.where(j[None, :] == 1, edge1[:, None], mid)
+        v[:, 0] = 0.0
+        return v
+
+    def quantiles(self, ids: np.ndarray, qs: tuple[float, ...] = DEFAULT_PERCENTILES, window: int = -1,
+                  now: np.ndarray | float | None = None) -> np.ndarray:
+        """Percentiles ``qs`` (0-100) of each series over ``window``: shape ``(len(qs), len(ids))``.
+
+        NaN where the window holds no sample. ``now`` is event time (default: the series' last sample).
+        """
+        window = window % self._w.shape[0]
+        c = self.window_counts(ids, window, now)
+        total = c.sum(axis=1)
+        cum = np.cumsum(c, axis=1)
+        vals = self.values(ids)
+        out = np.full((len(qs), ids.shape[0]), np.nan)
+        have = total > 0
+        rows = np.arange(ids.shape[0])
+        for i, q in enumerate(qs):
+            target = (q / 100.0) * total
+            # first bucket whose cumulative count reaches the target (at least one sample in)
+            idx = np.argmax(cum >= np.maximum(target, 1e-9)[:, None] - 1e-9, axis=1)
+            out[i] = np.where(have, vals[rows, idx], np.nan)
+        return out
+
+    def counts_in(self, ids: np.ndarray, window: int = -1, now: np.ndarray | float | None = None) -> np.ndarray:
+        """Estimated number of samples in the window."""
+        return self.window_counts(ids, window % self._w.shape[0], now).sum(axis=1)
+
+    # -- state ----------------------------------------------------------------------------------
+    _FIELDS = ("counts", "pane", "offset", "started", "last_ts")
+
+    def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
+        n = len(self) if n is None else n
+        return {f"sketch.{k}": getattr(self, k)[:n].copy() for k in self._FIELDS}
+
+    def restore(self, data: dict[str, np.ndarray]) -> None:
+        n = data["sketch.offset"].shape[0]
+        if data["sketch.counts"].shape[1:] != self.counts.shape[1:]:
+            raise ValueError("snapshot sketch shape differs from the configured windows/buckets")
+        if n:
+            self.register(n - 1)
+        for k in self._FIELDS:
+            getattr(self, k)[:n] = data[f"sketch.{k}"]
+
+    @property
+    def nbytes_per_series(self) -> float:
+        cap = max(self.offset.shape[0], 1)
+        return sum(getattr(self, k).nbytes for k in self._FIELDS) / cap
