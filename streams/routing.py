@@ -109,6 +109,7 @@ class Matcher:
         regex = None
         if op in ("=~", "!~"):
             try:
+                re.compile(value)  # alone first, so the error's position is in the user's text
                 regex = re.compile(f"^(?:{value})$")
             except re.error as exc:
                 raise ValueError(f'bad regular expression in matcher "{text}": {exc}') from None
