@@ -3,7 +3,7 @@
 Each validates every request against the published shape and limits and answers as the real
 service does: Slack 200 ``ok`` / 400 ``invalid_blocks``; PagerDuty 202 / 400 ``invalid event``;
 Alertmanager 200 / 400. Each can fail on purpose: ``fail(status, times, retry_after)`` queues
-answers, ``down`` answers 500 to everything, ``hang`` never answers in time. Violations of the
+answers, ``down`` answers 500 to everything, ``hang`` stalls each answer that many seconds. Violations of the
 published rules are collected in ``violations`` (a test asserts there are none).
 
 PagerDuty keeps incidents as PagerDuty does: a trigger opens an incident for its ``dedup_key`` or
@@ -38,7 +38,7 @@ class FakeServer:
         self.violations: list[str] = []
         self.planned: list[Planned] = []
         self.down = False
-        self.hang = False
+        self.hang = 0.0                         # seconds to stall before answering
         self.runner: web.AppRunner | None = None
         self.port = 0
         self.headers: list[dict[str, str]] = []
@@ -73,7 +73,7 @@ class FakeServer:
             return web.Response(status=400, text="invalid_payload")
         self.requests.append(body)
         if self.hang:
-            await asyncio.sleep(30)
+            await asyncio.sleep(self.hang)
         if self.planned:
             p = self.planned.pop(0)
             headers = {"Retry-After": p.retry_after} if p.retry_after else {}
