@@ -1,0 +1,244 @@
+"""``lockstep eval``: measure the detectors on public labelled data (pure Python, no broker).
+
+- ``lockstep eval nab DATA_DIR LABELS.json [--json]``: run Lockstep's detector (the same
+  :class:`streams.detect.DetectorBank` the agents run, all files as series of one bank, one sample
+  per series per call) over NAB-format CSVs and score it by NAB's rules (:mod:`streams.nab`): the
+  three profiles at NAB's swept threshold and at Lockstep's production threshold, per file and total,
+  and points scored per second.
+- ``lockstep eval nab DATA_DIR LABELS.json --scores RESULTS_DIR``: score precomputed outputs in NAB's
+  results layout (``RESULTS_DIR/<category>/<detector>_<file>.csv`` with an ``anomaly_score`` column)
+  instead of running the detector.
+- ``lockstep eval stragglers FILE.csv [--json]``: per-worker mini-batch times (Alibaba PAI format:
+  ``,worker,gpu,time,batch_time_norm``) through :class:`streams.peers.PeerComparator`; prints per
+  worker whether and from which iteration it is flagged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("eval", help="measure the detectors on labelled public data (NAB, stragglers)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ev = p.add_subparsers(dest="eval_command", metavar="BENCHMARK")
+    n = ev.add_parser("nab", help="NAB scores (standard, reward_low_FP_rate, reward_low_FN_rate)")
+    n.add_argument("data_dir", type=Path, help="NAB data directory: <category>/<file>.csv")
+    n.add_argument("labels", type=Path, help="NAB combined_windows.json")
+    n.add_argument("--scores", type=Path, default=None, metavar="RESULTS_DIR",
+                   help="score precomputed results (<category>/<detector>_<file>.csv) instead of running")
+    n.add_argument("--detector", default=None, help="with --scores: the detector name in the file names")
+    n.add_argument("--threshold", type=float, default=None,
+                   help="the fixed threshold to report besides the swept one (default: Lockstep's production one)")
+    n.add_argument("--json", action="store_true", help="one JSON object: totals and per-file results")
+    n.set_defaults(handler=run_nab)
+    s = ev.add_parser("stragglers", help="per-worker straggler flags on a job's mini-batch times")
+    s.add_argument("file", type=Path, help="CSV with columns worker, time (iteration), batch_time_norm")
+    s.add_argument("--json", action="store_true", help="one JSON object: totals and per-worker results")
+    s.set_defaults(handler=run_stragglers)
+    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
+
+
+# -- NAB ------------------------------------------------------------------------------------------
+#: The detector configuration evaluated on NAB: the production defaults, except that NAB's series
+#: have no catalogue entry (both directions are bad) and no operational "too small to matter" floor.
+def nab_detector_config() -> Any:
+    from streams.detect import DetectorConfig
+
+    return replace(DetectorConfig(), window=100, min_samples=150, min_relative_change=0.0)
+
+
+def _parse_ts(text: str) -> int:
+    """NAB timestamps (``YYYY-MM-DD HH:MM:SS[.ffffff]``, UTC) to integer microseconds."""
+    dt = datetime.fromisoformat(text.strip()).replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1_000_000)
+
+
+def read_nab_csv(path: Path, column: str = "value") -> tuple[list[int], np.ndarray]:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or "timestamp" not in reader.fieldnames or column not in reader.fieldnames:
+            raise ValueError(f"{path}: needs columns timestamp and {column}")
+        ts, vals = [], []
+        for row in reader:
+            ts.append(_parse_ts(row["timestamp"]))
+            vals.append(float(row[column]))
+    return ts, np.asarray(vals, dtype=np.float64)
+
+
+def run_detector(series: list[tuple[list[int], np.ndarray]]) -> tuple[list[np.ndarray], float]:
+    """Lockstep's detector over every series at once; returns the novelty scores and points/second."""
+    from streams.catalogue import Direction, Mode
+    from streams.detect import DetectorBank
+
+    bank = DetectorBank(nab_detector_config())
+    for sid in range(len(series)):
+        bank.register(sid, Mode.LEVEL, Direction.BOTH)
+    lengths = np.array([len(v) for _, v in series])
+    ts_all = [np.asarray(t, dtype=np.float64) / 1e6 for t, _ in series]
+    out = [np.zeros(n) for n in lengths]
+    longest = int(lengths.max()) if lengths.size else 0
+    points = 0
+    t0 = time.perf_counter()
+    for k in range(longest):
+        ids = np.flatnonzero(lengths > k)
+        ts = np.fromiter((ts_all[i][k] for i in ids), dtype=np.float64, count=ids.size)
+        x = np.fromiter((series[i][1][k] for i in ids), dtype=np.float64, count=ids.size)
+        bank.update(ids, ts, x)
+        nov = bank.last_scores.novelty
+        for j, i in enumerate(ids):
+            out[i][k] = nov[j]
+        points += ids.size
+    elapsed = time.perf_counter() - t0
+    return out, points / elapsed if elapsed > 0 else float("inf")
+
+
+def _find_result(results: Path, rel: str, detector: str | None) -> Path:
+    category, name = rel.split("/", 1)
+    if detector:
+        path = results / category / f"{detector}_{name}"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no results for {rel}")
+        return path
+    found = sorted((results / category).glob(f"*_{name}"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"{results / category}: expected one *_{name}, found {len(found)} (use --detector)")
+    return found[0]
+
+
+def run_nab(args: argparse.Namespace) -> int:
+    from streams.nab import FileInput, score_corpus
+
+    labels: dict[str, list[list[str]]] = json.loads(args.labels.read_text())
+    rels = sorted(str(p.relative_to(args.data_dir)).replace("\\", "/") for p in args.data_dir.glob("*/*.csv"))
+    missing = [r for r in rels if r not in labels]
+    if missing:
+        print(f"lockstep eval nab: no labels for {missing[0]} (and {len(missing) - 1} more)", file=sys.stderr)
+        return 2
+    series = [read_nab_csv(args.data_dir / r) for r in rels]
+    rate: float | None = None
+    if args.scores is not None:
+        scores = []
+        for r, (ts, _) in zip(rels, series, strict=True):
+            rts, s = read_nab_csv(_find_result(args.scores, r, args.detector), "anomaly_score")
+            if rts != ts:
+                print(f"lockstep eval nab: {r}: results rows differ from the data rows", file=sys.stderr)
+                return 2
+            scores.append(s)
+        source = str(args.scores)
+    else:
+        scores, rate = run_detector(series)
+        source = "lockstep"
+    threshold = args.threshold if args.threshold is not None else nab_detector_config().score_threshold
+    files = [FileInput(r, ts, [(_parse_ts(a), _parse_ts(b)) for a, b in labels[r]], s)
+             for r, (ts, _), s in zip(rels, series, scores, strict=True)]
+    results = score_corpus(files, fixed_threshold=threshold)
+    doc = _nab_document(results, source, rate, sum(len(v) for _, v in series))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    std = results["standard"]
+    print(f"{'file':58s} {'standard':>9s} {'tp':>4s} {'fp':>4s} {'fn':>4s}   at {threshold:g}")
+    for name, row in std.per_file.items():
+        fixed = std.at_threshold_per_file[name] if std.at_threshold_per_file else row
+        print(f"{name:58s} {row.score:9.3f} {row.tp:4d} {row.fp:4d} {row.fn:4d}   {fixed.score:8.3f}")
+    print()
+    for name, res in results.items():
+        print(f"{name:20s} {res.normalised:7.2f}  (raw {res.raw:.3f}, threshold {res.threshold:.6g}; "
+              f"at {threshold:g}: {res.at_threshold_normalised:.2f})")
+    if rate is not None:
+        print(f"points scored per second: {rate:,.0f}")
+    return 0
+
+
+def _nab_document(results: dict[str, Any], source: str, rate: float | None, points: int) -> dict[str, Any]:
+    def row(r: Any) -> dict[str, Any]:
+        return {"score": r.score, "tp": r.tp, "tn": r.tn, "fp": r.fp, "fn": r.fn, "threshold": r.threshold}
+
+    totals = {}
+    per_file: dict[str, dict[str, Any]] = defaultdict(dict)
+    for name, res in results.items():
+        totals[name] = {"score": res.normalised, "raw": res.raw, "threshold": res.threshold, "null": res.null,
+                        "perfect": res.perfect, "at_threshold": res.at_threshold,
+                        "at_threshold_score": res.at_threshold_normalised, "at_threshold_raw": res.at_threshold_raw}
+        for f, r in res.per_file.items():
+            per_file[f][name] = row(r)
+            if res.at_threshold_per_file:
+                per_file[f][f"{name}@threshold"] = row(res.at_threshold_per_file[f])
+    return {"benchmark": "nab", "detector": source, "points": points, "points_per_second": rate,
+            "totals": totals, "files": per_file}
+
+
+# -- stragglers -----------------------------------------------------------------------------------
+def read_steps(path: Path) -> dict[float, dict[str, float]]:
+    """Per iteration, each worker's mini-batch time."""
+    steps: dict[float, dict[str, float]] = defaultdict(dict)
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        names = reader.fieldnames or []
+        for col in ("worker", "time", "batch_time_norm"):
+            if col not in names:
+                raise ValueError(f"{path}: missing column {col}")
+        for r in reader:
+            steps[float(r["time"])][r["worker"]] = float(r["batch_time_norm"])
+    return dict(sorted(steps.items()))
+
+
+def evaluate_stragglers(steps: dict[float, dict[str, float]]) -> dict[str, Any]:
+    from streams.peers import PeerComparator
+
+    pc = PeerComparator()
+    episodes: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    workers: set[str] = set()
+    for step, vals in steps.items():
+        names = sorted(vals, key=lambda w: (len(w), w))
+        workers.update(names)
+        for tr in pc.update("job", step, names, [vals[w] for w in names]):
+            if tr.phase == "start":
+                episodes[tr.worker].append({"onset": tr.onset_step, "confirmed": tr.step, "end": None,
+                                            "reason": tr.reason, "ratio": round(tr.ratio, 3),
+                                            "usual": round(tr.usual, 3)})
+            elif episodes[tr.worker]:
+                episodes[tr.worker][-1]["end"] = tr.step
+    per_worker = {}
+    for w in sorted(workers, key=lambda w: (len(w), w)):
+        eps = episodes.get(w, [])
+        per_worker[w] = {"flagged": bool(eps), "from_iteration": eps[0]["onset"] if eps else None,
+                         "episodes": eps}
+    flagged = [w for w, r in per_worker.items() if r["flagged"]]
+    return {"benchmark": "stragglers", "iterations": len(steps), "workers": len(per_worker),
+            "flagged": flagged, "per_worker": per_worker}
+
+
+def run_stragglers(args: argparse.Namespace) -> int:
+    try:
+        steps = read_steps(args.file)
+    except (OSError, ValueError) as exc:
+        print(f"lockstep eval stragglers: {exc}", file=sys.stderr)
+        return 2
+    doc = evaluate_stragglers(steps)
+    doc["file"] = str(args.file)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(f"{args.file}: {doc['iterations']} iterations, {doc['workers']} workers, "
+          f"{len(doc['flagged'])} flagged")
+    for w, r in doc["per_worker"].items():
+        if r["flagged"]:
+            spans = ", ".join(f"{e['onset']:g}-{'' if e['end'] is None else format(e['end'], 'g')} ({e['reason']})"
+                              for e in r["episodes"])
+            print(f"  worker {w:>4s}: straggler from iteration {r['from_iteration']:g}  [{spans}]")
+        else:
+            print(f"  worker {w:>4s}: not flagged")
+    return 0
