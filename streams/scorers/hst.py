@@ -1,0 +1,111 @@
+"""river's HalfSpaceTrees over a multivariate vector per entity, calibrated to ``[0, 1)``.
+
+For an entity whose signals only look wrong *together* (a node whose GPU utilisation is normal,
+NIC throughput is normal, but not in that combination), one model per entity sees the whole vector:
+``river.preprocessing.MinMaxScaler`` then ``river.anomaly.HalfSpaceTrees`` (seeded per entity from
+``seed`` and the entity id, so the same seed gives the same scores).
+
+HalfSpaceTrees' raw score is not comparable across entities, so it is calibrated against the
+entity's own recent raw scores (a ring of ``history`` values): ``z = (raw - median) / (1.4826 MAD)``
+and ``score = z / (z + z_threshold)`` (the same map as the robust scorer: ``z_threshold`` robust
+z-scores above the entity's usual raw score read 0.5, the documented ``threshold``). Scores are 0
+until an entity has seen ``min_samples`` rows. Per-row Python (river learns one sample at a time):
+meant for hundreds of entities, not the per-series hot path.
+
+>>> s = HalfSpaceTreesScorer(HSTConfig(n_trees=5, height=6, window_size=50, min_samples=60), dim=2)
+>>> s.register(0)
+>>> rng = np.random.default_rng(3)
+>>> for t in range(300):
+...     _ = s.update(np.array([0]), np.array([float(t)]), rng.normal(0.5, 0.05, (1, 2)))
+>>> normal = s.update(np.array([0]), np.array([300.0]), np.array([[0.5, 0.5]]))
+>>> odd = s.update(np.array([0]), np.array([301.0]), np.array([[0.95, 0.05]]))
+>>> bool(odd[0] > normal[0])
+True
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from river import anomaly, compose, preprocessing
+
+from streams.scorers.robust import calibrate
+
+
+@dataclass(frozen=True, slots=True)
+class HSTConfig:
+    n_trees: int = 10
+    height: int = 8
+    window_size: int = 250
+    seed: int = 42
+    history: int = 256
+    min_samples: int = 100
+    z_threshold: float = 6.0
+    threshold: float = 0.5
+
+
+class HalfSpaceTreesScorer:
+    """One HalfSpaceTrees model per entity id over ``dim`` features."""
+
+    def __init__(self, config: HSTConfig | None = None, dim: int = 1) -> None:
+        self.config = config or HSTConfig()
+        self.threshold = self.config.threshold
+        self.dim = dim
+        self.models: list[Any] = []
+        self.hist = np.zeros((0, self.config.history))
+        self.count = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def _model(self, sid: int) -> Any:
+        cfg = self.config
+        return compose.Pipeline(
+            preprocessing.MinMaxScaler(),
+            anomaly.HalfSpaceTrees(n_trees=cfg.n_trees, height=cfg.height, window_size=cfg.window_size,
+                                   seed=cfg.seed * 1_000_003 + sid),
+        )
+
+    def register(self, sid: int) -> None:
+        while len(self.models) <= sid:
+            self.models.append(self._model(len(self.models)))
+        if self.hist.shape[0] < len(self.models):
+            extra = len(self.models) - self.hist.shape[0]
+            self.hist = np.vstack([self.hist, np.zeros((extra, self.config.history))])
+            self.count = np.concatenate([self.count, np.zeros(extra, dtype=np.int64)])
+
+    def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Score then learn rows ``x`` (shape ``(n, dim)``) of entities ``ids``."""
+        cfg = self.config
+        x = np.asarray(x, dtype=np.float64).reshape(ids.shape[0], self.dim)
+        out = np.zeros(ids.shape[0])
+        for k, sid in enumerate(ids.tolist()):
+            model = self.models[sid]
+            row = {f"f{j}": float(v) for j, v in enumerate(x[k])}
+            raw = float(model.score_one(row))
+            model.learn_one(row)
+            n = int(self.count[sid])
+            filled = min(n, cfg.history)
+            if n >= cfg.min_samples and filled > 0:
+                h = self.hist[sid, :filled]
+                med = float(np.median(h))
+                mad = 1.4826 * float(np.median(np.abs(h - med)))
+                z = (raw - med) / max(mad, 1e-9)
+                out[k] = float(calibrate(np.array([z]), cfg.z_threshold)[0])
+            self.hist[sid, n % cfg.history] = raw
+            self.count[sid] = n + 1
+        return out
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Models as a pickled blob (internal, trusted state only) plus the calibration arrays."""
+        blob = pickle.dumps(self.models, protocol=pickle.HIGHEST_PROTOCOL)
+        return {"hst.models": np.frombuffer(blob, dtype=np.uint8).copy(), "hst.hist": self.hist.copy(),
+                "hst.count": self.count.copy()}
+
+    def restore(self, data: dict[str, np.ndarray]) -> None:
+        self.models = pickle.loads(data["hst.models"].tobytes())  # our own snapshot, never foreign bytes
+        self.hist = data["hst.hist"].copy()
+        self.count = data["hst.count"].copy()
