@@ -1,0 +1,1 @@
+"""Deployment checks that need no Docker engine and no cluster (issue 9)."""
