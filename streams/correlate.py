@@ -172,6 +172,7 @@ class Correlator:
         self.max_event_ts = -math.inf
         self.late_count = 0
         self.finished = False
+        self._dirty: set[str] = set()
 
     # -- inputs ---------------------------------------------------------------------------------
     def on_record(self, rec: dict[str, Any], now_wall: float) -> CorrelatorOutput:
@@ -203,6 +204,7 @@ class Correlator:
             self.late_count += 1
             out.late.append(rec)
         job = self.jobs.setdefault(rec["job_id"], JobTimeline(rec["job_id"]))
+        self._dirty.add(job.job_id)
         key = episode_key(rec)
         eps = job.episodes.setdefault(key, [])
         if rec["phase"] == "start":
@@ -234,8 +236,14 @@ class Correlator:
     def _advance(self, now_wall: float, out: CorrelatorOutput) -> None:
         wm = self.current_watermark(now_wall)
         if wm <= self.watermark:
+            # Late evidence for a job is judged at once against the watermark already reached.
+            for job_id in sorted(self._dirty & set(self.jobs)):
+                if self.jobs[job_id].all_episodes() and self.watermark > -math.inf:
+                    self._evaluate(self.jobs[job_id], self.watermark, out)
+            self._dirty.clear()
             return
         self.watermark = wm
+        self._dirty.clear()
         for job_id in sorted(self.jobs):
             self._evaluate(self.jobs[job_id], wm, out)
         self._evict(wm)
@@ -273,7 +281,12 @@ class Correlator:
 
     def _fire(self, job: JobTimeline, onset: float, wm: float) -> dict[str, Any]:
         cfg = self.config
-        window = [e for e in job.all_episodes() if onset - cfg.lookback_s <= e.ts <= onset + cfg.grace_s]
+        # Only evidence guaranteed to have arrived by the verdict (confirmed within the lateness bound
+        # of its due time) is used, so the verdict never depends on arrival timing.
+        due = onset + cfg.grace_s
+        horizon = due + cfg.allowed_lateness_s
+        window = [e for e in job.all_episodes()
+                  if onset - cfg.lookback_s <= e.ts <= due and float(e.start.get("confirmed_ts", e.ts)) <= horizon]
         symptoms = sorted((e for e in window if e.role == "symptom" and e.ts >= onset), key=lambda e: (e.ts, e.key))
         causes = [e for e in window if e.role == "cause" and e.ts <= onset]
         ordered = sorted(causes, key=lambda e: evidence_order(e.start, e.key))
@@ -299,7 +312,7 @@ class Correlator:
             for other_id, other_gpus, relation in self.inventory.neighbours(
                     job.job_id, root_rec["layer"], root_rec["source"], root_rec["labels"], onset):
                 other.append({"job_id": other_id, "gpus": other_gpus, "relation": relation})
-        detected = min(wm, max(self.max_event_ts, onset + cfg.grace_s))
+        detected = due  # the event time at which the verdict was due (deterministic, unlike arrival)
         root = {
             "domain": domain, "layer": root_rec["layer"] if root_rec else None,
             "source": root_rec["source"] if root_rec else None,

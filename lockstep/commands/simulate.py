@@ -15,6 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("scenario", nargs="?", default="seed-incident", choices=sorted(SCENARIOS),
                    help="fault scenario (default seed-incident)")
     p.add_argument("--output", "-o", type=Path, help="write JSONL here (a replay file)")
+    p.add_argument("--kafka", action="store_true",
+                   help="produce live to LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS (inventory first, then 1 s ticks)")
+    p.add_argument("--speed", type=float, default=1.0, help="with --kafka: play this many times faster than real time")
+    p.add_argument("--once", action="store_true", help="with --kafka: stop at the end of the scenario")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--list", action="store_true", help="list the scenarios and what each should yield")
     p.set_defaults(handler=run)
@@ -25,12 +29,59 @@ def run(args: argparse.Namespace) -> int:
         for name, sc in sorted(SCENARIOS.items()):
             print(f"{name:24s} {sc.description}\n{'':24s} expect: {sc.expect}")
         return 0
+    if args.kafka:
+        return _live(args)
     if args.output is None:
-        print("lockstep simulate: give --output FILE.jsonl (or use `lockstep run` for a live cluster)",
+        print("lockstep simulate: give --output FILE.jsonl or --kafka (or use `lockstep run` for the whole demo)",
               file=sys.stderr)
         return 2
     from lockstep.replay import write_simulation
 
     n = write_simulation(args.output, args.scenario, seed=args.seed)
     print(f"wrote {n} lines of scenario {args.scenario} to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _live(args: argparse.Namespace) -> int:
+    import asyncio
+    import contextlib
+    import math
+    import signal
+    import time
+
+    from agents.kafka import start_producer
+    from agents.topics import TopicCatalogue, create_topics
+    from lockstep.logs import setup_logging
+    from lockstep.run import play
+    from lockstep.simulate import Simulator
+    from models.inventory import inventory_adapter, inventory_key
+    from models.settings import LockstepSettings
+
+    settings = LockstepSettings()
+    setup_logging(settings.log_level)
+    bootstrap = settings.kafka_bootstrap_servers
+    if bootstrap is None:
+        print("lockstep simulate --kafka: set LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await create_topics(settings, bootstrap)
+        anchor = math.floor(time.time())
+        sim = Simulator(SCENARIOS[args.scenario], start_ts=anchor, seed=args.seed)
+        producer = await start_producer(settings, bootstrap)
+        cat = TopicCatalogue(settings)
+        for msg in sim.inventory():
+            event = inventory_adapter.validate_python(msg.value)
+            await producer.send(cat.inventory, event.model_dump_json().encode(), key=inventory_key(event).encode())
+        await producer.stop()
+        print(f"lockstep simulate: {args.scenario} to {bootstrap} at {args.speed:g}x", file=sys.stderr)
+        await play(settings, bootstrap, args.scenario, args.speed, args.seed, stop, anchor,
+                   realtime_after=not args.once)
+
+    asyncio.run(main())
     return 0

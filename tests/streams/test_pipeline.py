@@ -1,0 +1,93 @@
+"""The per-partition pipeline: stages, dead letters, counters, snapshot/restore."""
+
+from __future__ import annotations
+
+import base64
+
+import orjson
+
+from models.inventory import inventory_adapter
+from streams.detect import DetectorConfig
+from streams.inventory import InventoryIndex
+from streams.pipeline import Origin, PartitionPipeline
+
+T0 = 1764502800.0
+ORIGIN = Origin("telemetry.switch", 3, 42)
+
+
+def inventory() -> InventoryIndex:
+    inv = InventoryIndex()
+    inv.apply(inventory_adapter.validate_python({"kind": "job", "ts": T0 - 100, "job_id": "j1", "state": "RUNNING",
+                                                 "nodes": "n[1-2]", "gpus_per_node": 8}))
+    for i in (1, 2):
+        inv.apply(inventory_adapter.validate_python({"kind": "link", "ts": T0 - 100, "node": f"n{i}",
+                                                     "device": "mlx5_0", "port": "1", "switch": "leaf01",
+                                                     "switch_port": str(i)}))
+    return inv
+
+
+def sample(ts: float, value: float, port: str = "1", metric: str = "SymbolErrorCounter") -> dict[str, object]:
+    return {"ts": ts, "layer": "switch", "source": "leaf01", "metric": metric, "value": value,
+            "labels": {"port": port}}
+
+
+def pipe(**cfg: object) -> PartitionPipeline:
+    return PartitionPipeline("telemetry.switch:3", DetectorConfig(min_samples=5, **cfg), inventory())  # type: ignore[arg-type]
+
+
+def test_a_clean_link_that_starts_erring_is_an_anomaly_mapped_to_the_job_behind_the_port() -> None:
+    p = pipe()
+    for k in range(10):
+        out = p.process(orjson.dumps([sample(T0 + k, 100)]), ORIGIN)
+        assert out.anomalies == []
+    p.process(orjson.dumps([sample(T0 + 10, 140)]), ORIGIN)
+    out = p.process(orjson.dumps([sample(T0 + 11, 180)]), ORIGIN)
+    assert [(a["job_id"], a["phase"], a["ts"], a["relation"], a["labels"]) for a in out.anomalies] == [
+        ("j1", "start", T0 + 10, "port", {"port": "1"})]
+    assert out.anomalies[0]["meaning"] == "link_errors"
+
+
+def test_out_of_order_samples_become_dead_letters_and_duplicates_are_counted() -> None:
+    p = pipe()
+    p.process(orjson.dumps([sample(T0 + 5, 10)]), ORIGIN)
+    raw = orjson.dumps([sample(T0 + 3, 11), sample(T0 + 5, 10)])
+    out = p.process(raw, ORIGIN)
+    assert out.out_of_order == 1 and out.duplicates == 1
+    assert len(out.dead_letters) == 1
+    dl = out.dead_letters[0].to_record(ORIGIN, 0.0)
+    assert dl["stage"] == "rate" and dl["error"] == "LateData" and "out of order" in dl["reason"]
+    assert base64.b64decode(dl["original"]) == raw
+    assert (dl["topic"], dl["partition"], dl["offset"]) == ("telemetry.switch", 3, 42)
+
+
+def test_a_negative_counter_is_rejected_at_normalise() -> None:
+    out = pipe().process(orjson.dumps([sample(T0, -5)]), ORIGIN)
+    assert [d.stage for d in out.dead_letters] == ["normalise"]
+    assert out.rejected == 1 and out.samples == 0
+
+
+def test_a_counter_reset_never_gives_a_negative_rate_or_an_anomaly() -> None:
+    p = pipe()
+    for k in range(10):
+        p.process(orjson.dumps([sample(T0 + k, 1000 + 5 * k, metric="PortXmitWait")]), ORIGIN)
+    out = p.process(orjson.dumps([sample(T0 + 10, 3, metric="PortXmitWait")]), ORIGIN)
+    assert out.resets == 1 and out.anomalies == []
+
+
+def test_unknown_metrics_are_kept_and_counted() -> None:
+    out = pipe().process(orjson.dumps([sample(T0, 1, metric="vendor_magic_total")]), ORIGIN)
+    assert out.unknown_metrics == 1 and out.samples == 1 and out.dead_letters == []
+
+
+def test_snapshot_and_restore_continue_exactly_where_the_state_was() -> None:
+    stream = [orjson.dumps([sample(T0 + k, 100 + (30 * (k - 30) if k >= 30 else 0), port=str(1 + k % 2))])
+              for k in range(40)]
+    a = pipe()
+    for raw in stream[:25]:
+        a.process(raw, ORIGIN)
+    b = pipe()
+    b.restore(a.snapshot())
+    rest_a = [a.process(raw, ORIGIN).anomalies for raw in stream[25:]]
+    rest_b = [b.process(raw, ORIGIN).anomalies for raw in stream[25:]]
+    assert rest_a == rest_b
+    assert any(rest_a)
