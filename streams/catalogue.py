@@ -362,6 +362,10 @@ _table(Meaning.THROUGHPUT, _CTX_COUNTER, ("system.network.io", "system.network.p
                                           "node_network_transmit_bytes_total", "host_network_receive_bytes_total",
                                           "host_network_transmit_bytes_total"))
 _table(Meaning.LATENCY, _CTX_COUNTER, ("system.disk.operation_time",))
+_table(Meaning.UTILISATION, _CTX_GAUGE, ("cpu_usage_idle", "cpu_usage_user", "cpu_usage_system"))
+# Generic netdev counters that ethtool -S prints next to the mlx5 ones.
+_table(Meaning.THROUGHPUT, _CTX_COUNTER, ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes"),
+       prefixes=("", "ethtool_"))
 
 UNKNOWN = MetricInfo(Meaning.UNKNOWN, False, Mode.LEVEL, Direction.BOTH)
 

@@ -43,7 +43,7 @@ _OPS = {
     "p2p_perf": ("p2p", ("p2p_exec_time_us", "p2p_busbw_gbs", "p2p_algobw_gbs"),
                  ("p2p", "p2p_peer", "p2p_timing_source", "p2p_msg_size_bytes")),
 }
-SKIP_MERGED = "NCCL operation merged into the mean of its series at the same time"
+SKIP_MERGED = "NCCL sample merged into the mean of its series at the same time (one dump)"
 SKIP_PROXY = "NCCL Inspector proxy_trace record"
 SKIP_DUMP_STATS = "NCCL Inspector dump_stats marker (context, not a measurement)"
 

@@ -93,10 +93,11 @@ def _point_value(point: dict[str, Any]) -> float:
 
 def _time(point: dict[str, Any]) -> float:
     raw = point.get("timeUnixNano")
+    # Integer microseconds first: nanoseconds since 1970 do not fit a float's 53 bits exactly.
     if isinstance(raw, str) and raw.isdigit():
-        return ts_in_unit(int(raw), 1e9, "timeUnixNano")
+        return ts_in_unit(int(raw) // 1000, 1e6, "timeUnixNano")
     if isinstance(raw, int) and not isinstance(raw, bool):
-        return ts_in_unit(raw, 1e9, "timeUnixNano")
+        return ts_in_unit(raw // 1000, 1e6, "timeUnixNano")
     raise ValueError("timeUnixNano is missing or not an integer")
 
 

@@ -45,7 +45,11 @@ TELEGRAF_GPU = Profile("telegraf-nvidia-smi", "gpu")
 LUSTRE = Profile("lustre", "storage")
 OTEL_GPU = Profile("otel-gpu", "gpu", ("host.name", "k8s.node.name"))
 OTEL_HOST = Profile("otel-host", "host", ("host.name", "k8s.node.name"))
+STEP = Profile("training-step", "step")
 GENERIC = Profile("generic", DEFAULT_LAYER)
+
+#: Exact names that decide the profile before any prefix (the training job's own signals).
+NAMES: dict[str, Profile] = {"step_time_seconds": STEP, "dataloader_wait_seconds": STEP}
 
 #: Metric-name prefix -> profile. Longest prefix wins (checked in this order).
 PREFIXES: tuple[tuple[str, Profile], ...] = (
@@ -76,6 +80,9 @@ def profile_for(metric: str, forced: Profile | None = None) -> Profile:
     """
     if forced is not None:
         return forced
+    exact = NAMES.get(metric)
+    if exact is not None:
+        return exact
     for prefix, profile in PREFIXES:
         if metric.startswith(prefix):
             return profile

@@ -10,7 +10,7 @@ Reference: Documentation/ABI/stable/sysfs-class-infiniband; the rdma-core / node
 One line per file: ``<path>:<content>``. The device and port come from the path (labels ``device``
 and ``port``), the metric name is the file name as the kernel spells it. ``N/A (no PMA)`` (a port
 without a performance-management agent) is skipped and counted, never read as zero. Values are
-cumulative counters, except ``lifespan`` (the hw_counters cache age, a gauge).
+cumulative counters; ``lifespan`` (the hw_counters cache age) is skipped and counted.
 ``port_xmit_data``/``port_rcv_data`` (and ``*_64``) stay in 4-byte words (the catalogue scales them).
 
 No host and no time in the output: ``source`` header or default source, ``ts`` argument or header.
@@ -24,8 +24,10 @@ import re
 from streams.formats.base import Context, decode_text
 
 _PATH = re.compile(r"(?:.*/)?infiniband/([^/\s]+)/ports/(\d+)/(counters|hw_counters)/([A-Za-z0-9_]+)$")
-_GAUGES = frozenset({"lifespan"})
+#: hw_counters files that are not counters of the port (``lifespan``: the counter cache's age in ms).
+_NOT_COUNTERS = frozenset({"lifespan"})
 SKIP_NO_PMA = "N/A (no PMA): port without a performance-management agent"
+SKIP_NOT_COUNTER = "hw_counters lifespan (cache age, not a counter)"
 
 
 def convert(raw: bytes, ctx: Context) -> None:
@@ -54,6 +56,9 @@ def convert(raw: bytes, ctx: Context) -> None:
             ctx.reject(record, f"not an infiniband counters path: {path[:80]!r}")
             continue
         device, port, _directory, name = m.groups()
+        if name in _NOT_COUNTERS:
+            ctx.skip(SKIP_NOT_COUNTER)
+            continue
         content = content.strip()
         if content.startswith("N/A"):
             ctx.skip(SKIP_NO_PMA)
@@ -63,5 +68,4 @@ def convert(raw: bytes, ctx: Context) -> None:
         except ValueError:
             ctx.reject(record, f"{name}: value {content[:40]!r} is not an integer")
             continue
-        ctx.sample(record, ts, layer, source, name, value, {"device": device, "port": port},
-                   "gauge" if name in _GAUGES else "counter")
+        ctx.sample(record, ts, layer, source, name, value, {"device": device, "port": port}, "counter")
