@@ -12,7 +12,8 @@ worker's *ratio* to the job's median of that step is compared with two reference
   stands out from the other workers' changes by at least ``z_min`` robust z-scores (median and MAD
   across the job's workers, scale floored at ``min_scale``), is an outlier.
 
-Ratios are smoothed per worker over steps (rate ``smooth_alpha``), so one noisy step is not enough.
+Ratios are smoothed per worker over steps (rate ``smooth_alpha``), and a step is outlying only if both
+its own ratio and the smoothed one pass the margin, so one noisy step neither starts nor ends a run.
 Hysteresis: a worker becomes a **straggler** after ``confirm`` consecutive outlying steps (its onset is
 the first of them) and recovers after ``clear`` consecutive normal steps judged with the lower exit
 margins (``exit_fraction`` of the entry margins). The first ``warmup`` steps of a worker only learn
@@ -125,13 +126,15 @@ class PeerComparator:
         state = job.state[idx]
         flagged = state == 1
         margin = np.where(flagged, cfg.exit_fraction, 1.0)
-        gross = sm >= 1.0 + cfg.gross * margin
+        # Both the smoothed and this step's ratio must agree: one noisy step neither starts nor ends a run.
+        gross = (sm >= 1.0 + cfg.gross * margin) & (ratio >= 1.0 + cfg.gross * margin)
         excess = sm - base
         med = float(np.median(excess))
         scale = max(1.4826 * float(np.median(np.abs(excess - med))), cfg.min_scale)
         z = (excess - med) / scale
         warm = count >= cfg.warmup
-        change = warm & (excess >= cfg.change * margin) & (z >= cfg.z_min * margin)
+        change = (warm & (excess >= cfg.change * margin) & (ratio - base >= cfg.change * margin)
+                  & (z >= cfg.z_min * margin))
         out_now = gross | change
         run = job.run[idx]
         disagree = np.where(flagged, ~out_now, out_now)

@@ -95,10 +95,10 @@ class RollingPercentiles:
         """Move series ``sid``'s grid up by ``d`` buckets, folding the lowest into bucket 1."""
         c = self.counts[sid].astype(np.int64)
         b = c.shape[-1]
-        d = min(d, b - 2)
-        folded = c[..., 1: 2 + d].sum(axis=-1)
-        c[..., 2: b - d] = c[..., 2 + d:]
-        c[..., b - d:] = 0
+        e = min(d, b - 2)  # a shift past the whole grid folds everything into bucket 1
+        folded = c[..., 1: 2 + e].sum(axis=-1)
+        c[..., 2: b - e] = c[..., 2 + e:]
+        c[..., b - e:] = 0
         c[..., 1] = folded
         self.counts[sid] = np.minimum(c, self._max)
         self.offset[sid] += d

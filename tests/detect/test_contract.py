@@ -1,0 +1,123 @@
+"""The contract every scorer keeps (streams/scorers/base.py): range, determinism, snapshot, skill."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from streams.scorers.base import Scorer
+from streams.scorers.hst import HalfSpaceTreesScorer, HSTConfig
+from streams.scorers.robust import RobustConfig, RobustScorer
+
+
+@dataclass
+class Stream:
+    """A labelled synthetic stream: ``x[t, s]`` for ``n_series`` series, ``label[t, s]`` anomalous rows."""
+
+    ts: np.ndarray
+    x: np.ndarray
+    label: np.ndarray
+
+
+def labelled_stream(seed: int, n_series: int = 6, steps: int = 1500, dim: int = 1) -> Stream:
+    """Noise around a daily shape (5-minute steps), with spikes and level shifts at known places."""
+    rng = np.random.default_rng(seed)
+    ts = 1_700_000_000.0 + 300.0 * np.arange(steps)
+    day = np.sin(2 * np.pi * (ts % 86400) / 86400)[:, None, None]
+    x = 10.0 + 3.0 * day + rng.normal(0, 0.3, (steps, n_series, dim))
+    label = np.zeros((steps, n_series), dtype=bool)
+    for s in range(n_series):
+        for _ in range(4):
+            t = int(rng.integers(steps // 4, steps - 20))
+            if dim == 1:
+                x[t, s] += rng.choice([-1, 1]) * rng.uniform(4, 8)
+            else:  # each feature normal on its own, the combination is not
+                x[t, s, 0] += 4.0
+                x[t, s, 1] -= 4.0
+            label[t, s] = True
+        if dim == 1:
+            t = int(rng.integers(steps // 2, steps - steps // 10))
+            x[t:, s] += 5.0
+            label[t, s] = True
+    return Stream(ts, x if dim > 1 else x[:, :, 0], label)
+
+
+def auc(scores: np.ndarray, label: np.ndarray) -> float:
+    """Probability that an anomalous row outscores a normal one (ties count half)."""
+    pos, neg = scores[label], scores[~label]
+    greater = (pos[:, None] > neg[None, :]).mean()
+    ties = (pos[:, None] == neg[None, :]).mean()
+    return float(greater + 0.5 * ties)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    make: Callable[[int], Scorer]
+    dim: int
+
+
+def _robust(seed: int) -> Scorer:
+    s = RobustScorer(RobustConfig())
+    for sid in range(6):
+        s.register(sid)
+    return s
+
+
+def _hst(seed: int) -> Scorer:
+    s = HalfSpaceTreesScorer(HSTConfig(min_samples=150, seed=seed), dim=2)
+    for sid in range(6):
+        s.register(sid)
+    return s
+
+
+CASES = [Case("robust", _robust, 1), Case("hst", _hst, 2)]
+
+
+def run(scorer: Scorer, stream: Stream, start: int = 0, stop: int | None = None) -> np.ndarray:
+    stop = stream.ts.shape[0] if stop is None else stop
+    ids = np.arange(stream.x.shape[1])
+    out = [scorer.update(ids, np.full(ids.size, stream.ts[t]), stream.x[t]) for t in range(start, stop)]
+    return np.array(out)
+
+
+@pytest.fixture(params=CASES, ids=lambda c: c.name)
+def case(request: pytest.FixtureRequest) -> Case:
+    return request.param  # type: ignore[no-any-return]
+
+
+def test_every_scorer_keeps_the_protocol(case: Case) -> None:
+    assert isinstance(case.make(1), Scorer)
+    assert 0.0 < case.make(1).threshold < 1.0
+
+
+def test_scores_are_finite_and_in_the_unit_interval(case: Case) -> None:
+    stream = labelled_stream(1, steps=700, dim=case.dim)
+    stream.x[350, 0] = 1e12  # absurd but finite input must not break the range
+    scores = run(case.make(1), stream)
+    assert np.isfinite(scores).all()
+    assert (scores >= 0).all() and (scores <= 1).all()
+
+
+def test_same_seed_same_scores(case: Case) -> None:
+    stream = labelled_stream(2, steps=600, dim=case.dim)
+    assert np.array_equal(run(case.make(7), stream), run(case.make(7), stream))
+
+
+def test_snapshot_round_trip_gives_identical_scores(case: Case) -> None:
+    stream = labelled_stream(3, steps=800, dim=case.dim)
+    a = case.make(5)
+    run(a, stream, 0, 400)
+    b = case.make(5)
+    b.restore(a.snapshot())
+    assert np.array_equal(run(a, stream, 400), run(b, stream, 400))
+
+
+def test_better_than_chance_on_a_labelled_stream(case: Case) -> None:
+    stream = labelled_stream(4, dim=case.dim)
+    scores = run(case.make(11), stream)
+    warm = slice(300, None)
+    assert auc(scores[warm], stream.label[warm]) > 0.8

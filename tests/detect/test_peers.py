@@ -1,0 +1,63 @@
+"""Peer comparison: stragglers flagged near onset, with hysteresis; steady differences never flagged."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streams.peers import PeerComparator, PeerConfig
+
+WORKERS = [f"w{i}" for i in range(8)]
+
+
+def drive(pc: PeerComparator, values: np.ndarray) -> list[tuple[str, str, float]]:
+    out = []
+    for step in range(values.shape[0]):
+        out += [(t.worker, t.phase, t.onset_step) for t in pc.update("job", float(step), WORKERS, values[step])]
+    return out
+
+
+def noisy(steps: int, seed: int = 0) -> np.ndarray:
+    return 1.0 + np.random.default_rng(seed).normal(0, 0.02, (steps, len(WORKERS)))
+
+
+def test_a_worker_that_slows_down_is_flagged_once_near_its_onset_and_recovers() -> None:
+    v = noisy(200)
+    v[100:150, 3] *= 1.25
+    out = drive(PeerComparator(), v)
+    assert [(w, p) for w, p, _ in out] == [("w3", "start"), ("w3", "end")]
+    assert 100 <= out[0][2] <= 105
+
+
+def test_steadily_different_workers_are_not_flagged() -> None:
+    v = noisy(300, seed=1)
+    v[:, 0] *= 0.85
+    v[:, 5] *= 1.10  # always 10 % slower: its own normal
+    assert drive(PeerComparator(), v) == []
+
+
+def test_a_one_step_blip_does_not_fire_and_a_grossly_slow_worker_fires_from_the_start() -> None:
+    v = noisy(100, seed=2)
+    v[50, 2] *= 3.0
+    v[:, 6] *= 2.0
+    out = drive(PeerComparator(), v)
+    assert [(w, p, o) for w, p, o in out] == [("w6", "start", 0.0)]
+
+
+def test_no_flapping_around_the_threshold() -> None:
+    v = noisy(400, seed=3)
+    v[100:, 4] *= 1.35 + 0.1 * np.sin(np.arange(300))  # hovers around the gross margin
+    out = drive(PeerComparator(PeerConfig(confirm=3, clear=5)), v)
+    assert [(w, p) for w, p, _ in out] == [("w4", "start")]
+
+
+def test_snapshot_restore_continues_identically() -> None:
+    v = noisy(200, seed=4)
+    v[120:, 1] *= 1.3
+    a = PeerComparator()
+    drive_a = [a.update("job", float(s), WORKERS, v[s]) for s in range(100)]
+    assert all(x == [] for x in drive_a)
+    b = PeerComparator()
+    b.restore(a.snapshot())
+    rest_a = [a.update("job", float(s), WORKERS, v[s]) for s in range(100, 200)]
+    rest_b = [b.update("job", float(s), WORKERS, v[s]) for s in range(100, 200)]
+    assert rest_a == rest_b and any(rest_a)
