@@ -1,0 +1,108 @@
+"""DetectorBank: counter semantics, episodes with hysteresis, snapshot, memory per series."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streams.catalogue import Direction, Mode
+from streams.detect import DetectorBank, DetectorConfig
+
+
+def feed(bank: DetectorBank, sid: int, values: list[float], t0: float = 0.0,
+         dt: float = 10.0) -> list[tuple[int, float]]:
+    out = []
+    for k, v in enumerate(values):
+        tr = bank.update(np.array([sid]), np.array([t0 + dt * k]), np.array([v]))
+        out += [(int(p), float(o)) for p, o in zip(tr.phase, tr.onset_ts, strict=True)]
+    return out
+
+
+def bank(**kw: object) -> DetectorBank:
+    return DetectorBank(DetectorConfig(min_samples=10, **kw))  # type: ignore[arg-type]
+
+
+def test_an_error_counter_on_a_clean_link_is_anomalous_from_its_first_increments() -> None:
+    b = bank(confirm=1)
+    b.register(0, Mode.ERRORS, Direction.UP)
+    out = feed(b, 0, [0.0] * 30 + [0.05])
+    assert out == [(1, 300.0)]
+    assert b.last_scores.score[0] >= 0.5
+
+
+def test_error_scores_scale_with_the_rate() -> None:
+    b = bank(confirm=1)
+    for sid in (0, 1):
+        b.register(sid, Mode.ERRORS, Direction.UP)
+    for k in range(30):
+        b.update(np.array([0, 1]), np.array([10.0 * k] * 2), np.zeros(2))
+    b.update(np.array([0, 1]), np.array([300.0, 300.0]), np.array([0.1, 5.0]))
+    low, high = b.last_scores.score
+    assert 0.5 <= low < high <= 1.0
+
+
+def test_a_link_that_always_errs_is_judged_against_its_own_baseline() -> None:
+    b = bank()
+    b.register(0, Mode.ERRORS, Direction.UP)
+    rng = np.random.default_rng(0)
+    assert feed(b, 0, list(20 + rng.normal(0, 1, 100))) == []
+    assert feed(b, 0, [60.0, 61.0, 62.0], t0=1000.0)[:1] == [(1, 1000.0)]
+
+
+def test_a_congestion_counter_rate_needs_a_real_change_against_its_baseline() -> None:
+    b = bank()
+    b.register(0, Mode.RATE, Direction.UP)
+    rng = np.random.default_rng(1)
+    assert feed(b, 0, list(1000 + rng.normal(0, 30, 100))) == []
+    assert feed(b, 0, [1050.0, 1080.0], t0=1000.0) == []  # within noise and under 20 %
+    assert feed(b, 0, [3000.0, 3100.0], t0=1020.0) == [(1, 1020.0)]
+
+
+def test_only_the_bad_direction_counts_and_context_never_scores() -> None:
+    b = bank()
+    b.register(0, Mode.LEVEL, Direction.DOWN)  # e.g. utilisation
+    b.register(1, Mode.CONTEXT, Direction.DOWN)
+    rng = np.random.default_rng(2)
+    base = list(80 + rng.normal(0, 1, 60))
+    assert feed(b, 0, [*base, 200.0, 200.0]) == []
+    assert feed(b, 1, [*base, 0.0, 0.0]) == []
+    assert feed(b, 0, [10.0, 10.0], t0=1000.0) == [(1, 1000.0)]
+
+
+def test_episode_needs_confirm_samples_and_clears_after_clear_normal_ones() -> None:
+    b = bank(confirm=2, clear=3)
+    b.register(0, Mode.LEVEL, Direction.UP)
+    rng = np.random.default_rng(3)
+    base = list(10 + rng.normal(0, 0.2, 60))
+    assert feed(b, 0, [*base, 30.0, 10.0]) == []  # one bad sample: no episode
+    out = feed(b, 0, [30.0, 30.0, 30.0, 10.0, 10.0, 10.0], t0=1000.0)
+    assert out == [(1, 1000.0), (0, 1030.0)]  # an end carries the time of its first normal sample
+
+
+def test_events_fire_on_a_change_to_a_non_zero_value() -> None:
+    b = bank(confirm=1)
+    b.register(0, Mode.EVENT, Direction.UP)
+    assert feed(b, 0, [0.0, 0.0, 79.0]) == [(1, 20.0)]
+
+
+def test_transitions_carry_rolling_percentiles_and_snapshot_round_trips() -> None:
+    cfg = DetectorConfig(min_samples=10)
+    a = DetectorBank(cfg)
+    a.register(0, Mode.LEVEL, Direction.UP)
+    rng = np.random.default_rng(4)
+    vals = list(10 + rng.normal(0, 0.2, 80)) + [40.0] * 5 + [10.0] * 10
+    feed(a, 0, vals[:50])
+    b = DetectorBank(cfg)
+    b.restore(a.snapshot(1))
+    ta = [a.update(np.array([0]), np.array([10.0 * k]), np.array([v])) for k, v in enumerate(vals[50:], 50)]
+    tb = [b.update(np.array([0]), np.array([10.0 * k]), np.array([v])) for k, v in enumerate(vals[50:], 50)]
+    starts = [t for t in ta if t.pos.size and t.phase[0] == 1]
+    assert starts and 9 < float(starts[0].p50[0]) < 11
+    for x, y in zip(ta, tb, strict=True):
+        assert np.array_equal(x.phase, y.phase) and np.array_equal(x.score, y.score)
+
+
+def test_state_is_at_most_2_kb_per_series_at_100k_series() -> None:
+    b = DetectorBank(DetectorConfig())
+    b.register(99_999, Mode.LEVEL, Direction.UP)
+    parts = b.nbytes_per_series()
+    assert sum(parts.values()) <= 2048, parts
