@@ -626,6 +626,7 @@ class Group:
     alerts: dict[str, _Entry] = field(default_factory=dict)
     last_notified: float | None = None
     tokens: list[Any] = field(default_factory=list)
+    in_flight: bool = False
 
 
 class Dispatcher:
@@ -633,7 +634,8 @@ class Dispatcher:
 
     ``add`` routes an alert and files it in its groups; ``flush(now)`` returns the notifications
     due; ``settle`` records that a notification was handed over (accepted, or parked for retry),
-    which is what later flushes compare against. ``tokens`` of alerts that need no notification
+    which is what later flushes compare against. A group with a notification in flight is not
+    flushed again until that one is settled. ``tokens`` of alerts that need no notification
     are returned by ``flush`` in :attr:`settled_tokens` so the caller can commit them.
     """
 
@@ -689,16 +691,16 @@ class Dispatcher:
             group.last_notified = max(group.last_notified or notified_at, notified_at)
 
     def next_due(self) -> float | None:
-        """The earliest time a group wants flushing (None when there are no groups)."""
-        return min((g.next_flush for g in self.groups.values()), default=None)
+        """The earliest time a group wants flushing (None when none does; groups in flight wait)."""
+        return min((g.next_flush for g in self.groups.values() if not g.in_flight), default=None)
 
     def flush(self, now: float) -> list[Notification]:
         """Notifications due at ``now``; groups with nothing to say settle their tokens."""
         out = []
         for key in list(self.groups):
             group = self.groups[key]
-            if group.next_flush > now:
-                continue
+            if group.next_flush > now or group.in_flight:
+                continue  # a group waits for its notification in flight, as Alertmanager's does
             group.next_flush = now + group.options.group_interval
             if not self.send_resolved:
                 for dk in [dk for dk, e in group.alerts.items() if e.alert["status"] == "resolved"]:
@@ -710,6 +712,7 @@ class Dispatcher:
                       and now - group.last_notified >= group.options.repeat_interval)
             tokens, group.tokens = group.tokens, []
             if changed or repeat:
+                group.in_flight = True
                 out.append(Notification(self.receiver, key, dict(group.labels),
                                         [e.alert for e in group.alerts.values()], changed, repeat, tokens))
             else:
@@ -724,6 +727,7 @@ class Dispatcher:
         if group is None:
             return
         group.last_notified = now
+        group.in_flight = False
         for alert in notification.changed or notification.alerts:
             entry = group.alerts.get(alert["dedup_key"])
             if entry is None or entry.alert["alert_id"] != alert["alert_id"]:

@@ -120,7 +120,7 @@ class DeliveryService:
         self._text = Path(self.routes_file).read_text(encoding="utf-8")
         self.routing = load_routing_file(self.settings, Path(self.routes_file))
         await create_delivery_topics(self.settings, self.bootstrap, self.routing)
-        self.producer = await start_producer(self.settings, self.bootstrap, acks="all", enable_idempotence=True)
+        self.producer = await start_producer(self.settings, self.bootstrap, acks="all")
         self.ledger = Ledger(self.topics.ledger, self.producer)
         rows = await self.ledger.load(lambda: self._consumer())
         log.info("delivery ledger: %d records, %d open alerts", rows, len(self.ledger.firing))

@@ -186,7 +186,7 @@ class ReceiverWorker:
             await self._commit()
             return
         due = self.dispatcher.next_due()
-        wait_ms = 200 if due is None else int(min(200, max(0.0, due - time.time()) * 1000))
+        wait_ms = 200 if due is None else int(min(200, max(5.0, (due - time.time()) * 1000)))
         batch = await self._main.getmany(timeout_ms=wait_ms, max_records=200)
         now = time.time()
         for tp, msgs in batch.items():

@@ -191,6 +191,8 @@ class FakePagerDuty(FakeServer):
         self.routing_key = routing_key
         self.incidents: list[Incident] = []
         self.open: dict[str, Incident] = {}
+        self.poison: set[str] = set()  # dedup_keys whose trigger is answered 400
+
 
     def reject(self, problems: list[str]) -> web.Response:
         return web.json_response({"status": "invalid event", "message": "Event object is invalid",
@@ -213,6 +215,8 @@ class FakePagerDuty(FakeServer):
             out.append("'dedup_key' is required for acknowledge and resolve")
         if dedup is not None and (not isinstance(dedup, str) or not 1 <= len(dedup) <= 255):
             out.append("'dedup_key' must be 1..255 characters")
+        if action == "trigger" and dedup in self.poison:
+            out.append(f"event for routing_key {body.get('routing_key')} refused: poisoned dedup_key {dedup}")
         if action == "trigger":
             p = body.get("payload")
             if not isinstance(p, dict):

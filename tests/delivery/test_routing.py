@@ -230,3 +230,14 @@ def test_missing_secrets_names_the_path() -> None:
     cfg = load_routing((FIXTURES / "good" / "full.yaml").read_text())
     missing = missing_secrets(cfg, ["SLACK_ONCALL", "pd_routing_key", "am_url"])
     assert missing == ['receivers[2].webhook.bearer_token: secret "netops_token" is not set']
+
+
+def test_a_group_in_flight_is_not_flushed_again_until_settled() -> None:
+    d = Dispatcher(load_routing(SIMPLE), "r")
+    d.add(alert("a1"), 0.0)
+    [n] = d.flush(10.0)
+    assert d.flush(500.0) == []          # the send is slow: no second notification of the same news
+    d.settle(n, 500.0)
+    d.add(alert("a1", status="resolved"), 501.0)
+    [n2] = d.flush(560.0)
+    assert n2.changed[0]["status"] == "resolved"
