@@ -50,6 +50,7 @@ NOTES = {
     "data_dir": "Worker scratch directory (Faust data dir); the embedded broker's log without Kafka",
     "web_host": "Address of the HTTP server (/healthz, /readyz, API, page, /metrics); 0.0.0.0 in containers",
     "web_port": "Port of the HTTP server",
+    "log_level": "Log level of every process",
     "baseline_min_samples": "Samples a series needs before it can be scored",
     "confirm_samples": "Consecutive anomalous samples that open an episode",
     "clear_samples": "Consecutive normal samples that close an episode",
