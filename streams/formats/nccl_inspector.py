@@ -164,20 +164,20 @@ def _operation(op: Any, op_key: str, rec: str, header: dict[str, Any], metadata:
         ctx.reject(rec, f"{op_key} has no {prefix!r} (operation name)")
         return
     key_labels = tuple(sorted(labels.items()))
-    found = 0
+    present = 0
     for metric in metrics:
         value = op.get(metric)
         if value is None:
             continue
+        present += 1
         if isinstance(value, bool) or not isinstance(value, int | float):
             ctx.reject(rec, f"{metric} is not a number")
             continue
-        found += 1
         slot = series.get((source, metric, key_labels, ts))
         if slot is None:
             series[(source, metric, key_labels, ts)] = [float(value), 1, rec]
         else:
             slot[0] += float(value)
             slot[1] += 1
-    if not found:
+    if not present:
         ctx.reject(rec, f"{op_key} has none of {', '.join(metrics)}")

@@ -136,19 +136,22 @@ def parse_sample_line(line: str) -> tuple[str, dict[str, str], str, str | None]:
         if m is not None:
             name, block, value, ts = m.groups()
             labels: dict[str, str] = {}
+            ok = True
             if block:
                 pos = 0
                 end = len(block.rstrip(" \t"))
                 while pos < end:
                     lm = _LABEL.match(block, pos)
                     if lm is None:
-                        raise ParseError(f"malformed label block {{{block[:60]}}}")
+                        ok = False  # the slow path below says precisely what is wrong
+                        break
                     key = lm.group(1)
                     if key in labels:
                         raise ParseError(f"label {key!r} repeated")
                     labels[key] = lm.group(2)
                     pos = lm.end()
-            return name, labels, value, ts
+            if ok:
+                return name, labels, value, ts
     # Slow path: escapes, quoted names, or something malformed (a precise reason comes out).
     brace = line.find("{")
     space = min((i for i in (line.find(" "), line.find("\t")) if i != -1), default=-1)
