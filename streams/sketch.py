@@ -173,7 +173,7 @@ class RollingPercentiles:
         gap = p_now - self.pane[ids, window]
         keep_prev = np.where(gap == 0, 1.0 - frac, 0.0)
         keep_cur = np.where(gap == 0, 1.0, np.where(gap == 1, 1.0 - frac, 0.0))
-        return cur * keep_cur[:, None] + prev * keep_prev[:, None]
+        return cur * keep_cur[:, None] + prev * keep_prev[:, None]  # type: ignore[no-any-return]
 
     def values(self, ids: np.ndarray) -> np.ndarray:
         """The value each bucket reads back as, per series: shape ``(len(ids), buckets)``."""
@@ -184,7 +184,7 @@ class RollingPercentiles:
         edge1 = g ** (self.offset[ids].astype(np.float64))
         v = np.where(j[None, :] == 1, edge1[:, None], mid)
         v[:, 0] = 0.0
-        return v
+        return v  # type: ignore[no-any-return]
 
     def quantiles(self, ids: np.ndarray, qs: tuple[float, ...] = DEFAULT_PERCENTILES, window: int = -1,
                   now: np.ndarray | float | None = None) -> np.ndarray:
@@ -209,7 +209,7 @@ class RollingPercentiles:
 
     def counts_in(self, ids: np.ndarray, window: int = -1, now: np.ndarray | float | None = None) -> np.ndarray:
         """Estimated number of samples in the window."""
-        return self.window_counts(ids, window % self._w.shape[0], now).sum(axis=1)
+        return self.window_counts(ids, window % self._w.shape[0], now).sum(axis=1)  # type: ignore[no-any-return]
 
     # -- state ----------------------------------------------------------------------------------
     _FIELDS = ("counts", "pane", "offset", "started", "last_ts")
@@ -230,4 +230,4 @@ class RollingPercentiles:
     @property
     def nbytes_per_series(self) -> float:
         cap = max(self.offset.shape[0], 1)
-        return sum(getattr(self, k).nbytes for k in self._FIELDS) / cap
+        return sum(getattr(self, k).nbytes for k in self._FIELDS) / cap  # type: ignore[no-any-return]

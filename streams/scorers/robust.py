@@ -82,7 +82,7 @@ def calibrate(z: np.ndarray, z_threshold: float) -> np.ndarray:
     [0.0, 0.0, 0.5, 0.75]
     """
     zp = np.maximum(np.nan_to_num(z, nan=0.0, posinf=1e300), 0.0)
-    return zp / (zp + z_threshold)
+    return zp / (zp + z_threshold)  # type: ignore[no-any-return]
 
 
 @dataclass(slots=True)
@@ -139,7 +139,7 @@ class RobustScorer:
 
     def _bin(self, ts: np.ndarray) -> np.ndarray:
         bins = self.config.bins
-        return (np.mod(ts, 86400.0) * (bins / 86400.0)).astype(np.int64) % max(bins, 1)
+        return (np.mod(ts, 86400.0) * (bins / 86400.0)).astype(np.int64) % max(bins, 1)  # type: ignore[no-any-return]
 
     def evaluate(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> RobustScores:
         """Score rows ``x`` of series ``ids`` (unique) at times ``ts``, without learning."""
@@ -247,4 +247,4 @@ class RobustScorer:
         """State bytes per registered series (allocated capacity counted as used)."""
         names = (*self._F64, "count", "direction", "profile")
         cap = max(self.count.shape[0], 1)
-        return sum(getattr(self, k).nbytes for k in names) / cap
+        return sum(getattr(self, k).nbytes for k in names) / cap  # type: ignore[no-any-return]
