@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ import orjson
 from agents import transport
 from agents.kafka import faust_credentials
 from agents.metrics import WorkerMetrics
-from agents.topics import CORRELATOR_STATE_TABLE, DETECTOR_STATE_TABLE, TopicCatalogue
+from agents.topics import CORRELATOR_STATE_TABLE, DETECTOR_STATE_TABLE, MAX_RECORD_BYTES, TopicCatalogue
 from models.settings import LockstepSettings
 from streams.correlate import Correlator, CorrelatorConfig
 from streams.detect import DetectorConfig
@@ -65,6 +65,9 @@ class LockstepApp(faust.App):
     lockstep_metrics: WorkerMetrics
 
 
+Emit = Callable[[str, bytes | None, bytes, int | None], Awaitable[None]]
+
+
 @dataclass
 class WorkerState:
     """Everything the agents of one worker process hold in memory."""
@@ -88,12 +91,14 @@ def build_app(
     expected_origins: set[str] | None = None,
     on_finished: Callable[[int], None] | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
+    emit: Emit | None = None,
 ) -> tuple[LockstepApp, WorkerState]:
     """Build the Faust app and its agents.
 
     ``expected_origins`` (replay) makes correlation wait for every input partition instead of
     skipping idle ones, and ``on_finished(partition)`` is called once a correlation partition has
-    seen the end of every input.
+    seen the end of every input. ``emit(topic_name, key, value, partition)`` replaces sending to
+    Kafka (Faust's agent test context uses it; production leaves it None).
     """
     transport.register()
     cat = TopicCatalogue(settings)
@@ -120,6 +125,7 @@ def build_app(
         broker_rebalance_timeout=session,
         broker_request_timeout=max(90.0, session * 3),
         broker_commit_interval=1.0,
+        producer_max_request_size=MAX_RECORD_BYTES,
         web_enabled=False,
         table_cleanup_interval=3600.0,
         loop=loop,
@@ -139,10 +145,16 @@ def build_app(
     correlator_table = app.Table(CORRELATOR_STATE_TABLE, default=None, partitions=settings.partitions,
                                  schema=raw_schema)
 
+    async def send(topic: Any, key: bytes | None, value: bytes, partition: int | None = None) -> None:
+        if emit is not None:
+            await emit(topic.get_topic_name(), key, value, partition)
+        else:
+            await topic.send(key=key, value=value, partition=partition)
+
     async def dead_letter(record: dict[str, Any]) -> None:
         metrics.dead_letters.labels(record["stage"], record["error"]).inc()
         key = record.get("key")
-        await dlq_topic.send(key=key.encode() if key else None, value=orjson.dumps(record))
+        await send(dlq_topic, key.encode() if key else None, orjson.dumps(fit_dead_letter(record)))
 
     def pipeline_for(origin: str) -> PartitionPipeline:
         pipe = state.pipelines.get(origin)
@@ -163,44 +175,52 @@ def build_app(
     @app.agent(telemetry_topic, name="ingest")
     async def ingest(stream: faust.StreamT[bytes]) -> None:
         async for event in stream.events():
-            msg = event.message
-            origin = Origin(msg.topic, msg.partition, msg.offset, msg.timestamp, msg.key)
-            pipe = pipeline_for(origin.name)
-            started = time.perf_counter()
-            out = pipe.process(event.value, origin)
-            metrics.stage_seconds.labels("ingest").observe(time.perf_counter() - started)
-            metrics.messages_in.labels(msg.topic).inc()
-            for layer, n in out.by_layer.items():
-                metrics.samples_in.labels(msg.topic, layer).inc(n)
-            if out.out_of_order:
-                metrics.out_of_order.labels(msg.topic).inc(out.out_of_order)
-            if out.duplicates:
-                metrics.duplicates.labels(msg.topic).inc(out.duplicates)
-            if out.resets:
-                metrics.counter_resets.labels(msg.topic).inc(out.resets)
-            if out.unknown_metrics:
-                metrics.unknown_metrics.labels(msg.topic).inc(out.unknown_metrics)
-            if out.unmapped_anomalies:
-                metrics.unmapped.inc(out.unmapped_anomalies)
-            for dl in out.dead_letters:
-                await dead_letter(dl.to_record(origin, (msg.timestamp or 0.0)))
-            for rec in out.anomalies:
-                metrics.anomalies.labels(rec["layer"], rec["phase"]).inc()
-                await anomalies_topic.send(key=rec["job_id"].encode(), value=orjson.dumps(rec))
-            # Publish progress only after the anomalies it covers were handed to the producer.
-            if out.max_ts is not None and pipe.watermark is not None:
-                state.published_wm[origin.name] = pipe.watermark
-                state.wm_dirty = True
-            if out.control == "eos":
-                state.eos.add(origin.name)
-                await broadcast_watermarks()
-            if pipe.watermark is not None:
-                last = state.last_snapshot_wm.get(origin.name)
-                if last is None or pipe.watermark - last >= settings.snapshot_interval_s:
-                    detector_table[origin.name.encode()] = pipe.snapshot()
-                    state.last_snapshot_wm[origin.name] = pipe.watermark
-                    metrics.snapshots.labels(DETECTOR_STATE_TABLE).inc()
-                    metrics.series.labels(origin.name).set(len(pipe.registry))
+            try:
+                await ingest_one(event)
+            except Exception as exc:  # a bug must not lose the message: park it, keep going
+                log.exception("ingest failed on %s[%s]@%s", event.message.topic, event.message.partition,
+                              event.message.offset)
+                await dead_letter(_dl("ingest", f"internal error: {exc!r}", event, error="InternalError"))
+
+    async def ingest_one(event: Any) -> None:
+        msg = event.message
+        origin = Origin(msg.topic, msg.partition, msg.offset, msg.timestamp, msg.key)
+        pipe = pipeline_for(origin.name)
+        started = time.perf_counter()
+        out = pipe.process(event.value, origin)
+        metrics.stage_seconds.labels("ingest").observe(time.perf_counter() - started)
+        metrics.messages_in.labels(msg.topic).inc()
+        for layer, n in out.by_layer.items():
+            metrics.samples_in.labels(msg.topic, layer).inc(n)
+        if out.out_of_order:
+            metrics.out_of_order.labels(msg.topic).inc(out.out_of_order)
+        if out.duplicates:
+            metrics.duplicates.labels(msg.topic).inc(out.duplicates)
+        if out.resets:
+            metrics.counter_resets.labels(msg.topic).inc(out.resets)
+        if out.unknown_metrics:
+            metrics.unknown_metrics.labels(msg.topic).inc(out.unknown_metrics)
+        if out.unmapped_anomalies:
+            metrics.unmapped.inc(out.unmapped_anomalies)
+        for dl in out.dead_letters:
+            await dead_letter(dl.to_record(origin, (msg.timestamp or 0.0)))
+        for rec in out.anomalies:
+            metrics.anomalies.labels(rec["layer"], rec["phase"]).inc()
+            await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec))
+        # Publish progress only after the anomalies it covers were handed to the producer.
+        if out.max_ts is not None and pipe.watermark is not None:
+            state.published_wm[origin.name] = pipe.watermark
+            state.wm_dirty = True
+        if out.control == "eos":
+            state.eos.add(origin.name)
+            await broadcast_watermarks()
+        if pipe.watermark is not None:
+            last = state.last_snapshot_wm.get(origin.name)
+            if last is None or pipe.watermark - last >= settings.snapshot_interval_s:
+                detector_table[origin.name.encode()] = pipe.snapshot()
+                state.last_snapshot_wm[origin.name] = pipe.watermark
+                metrics.snapshots.labels(DETECTOR_STATE_TABLE).inc()
+                metrics.series.labels(origin.name).set(len(pipe.registry))
 
     async def broadcast_watermarks() -> None:
         if not state.published_wm and not state.eos:
@@ -208,7 +228,7 @@ def build_app(
         value = orjson.dumps({"type": "watermark", "origins": state.published_wm, "eos": sorted(state.eos)})
         state.wm_dirty = False
         for partition in range(settings.partitions):
-            await anomalies_topic.send(key=None, value=value, partition=partition)
+            await send(anomalies_topic, None, value, partition)
 
     @app.timer(settings.watermark_interval_s, name="broadcast_watermarks")  # type: ignore[untyped-decorator]
     async def watermark_timer() -> None:
@@ -233,37 +253,44 @@ def build_app(
     async def emit_alerts(alerts: list[dict[str, Any]]) -> None:
         for alert in alerts:
             metrics.alerts.labels(alert["type"], alert["severity"], alert["status"]).inc()
-            await alerts_topic.send(key=(alert.get("job_id") or "").encode(), value=orjson.dumps(alert))
+            await send(alerts_topic, (alert.get("job_id") or "").encode(), orjson.dumps(alert))
 
     @app.agent(anomalies_topic, name="correlate")
     async def correlate(stream: faust.StreamT[bytes]) -> None:
         async for event in stream.events():
-            partition = event.message.partition
-            corr = correlator_for(partition)
             try:
-                rec = orjson.loads(event.value)
-            except orjson.JSONDecodeError as exc:
-                await dead_letter(_dl("correlate", f"not JSON: {exc}", event))
-                continue
-            if not isinstance(rec, dict):
-                await dead_letter(_dl("correlate", "record is not an object", event))
-                continue
-            before = len(corr.jobs), corr.watermark
-            try:
-                out = corr.on_record(rec, time.monotonic())
-            except (KeyError, TypeError, ValueError) as exc:
-                await dead_letter(_dl("correlate", f"malformed anomaly record: {exc!r}", event))
-                continue
-            if out.late:
-                metrics.late.inc(len(out.late))
-            await emit_alerts(out.alerts)
-            metrics.watermark.labels(str(partition)).set(corr.watermark if corr.watermark > -1e300 else 0)
-            if out.alerts or rec.get("type") == "anomaly" or (len(corr.jobs), corr.watermark) != before:
-                correlator_table[str(partition).encode()] = orjson.dumps(corr.snapshot())
-            if out.finished:
-                state.finished_partitions.add(partition)
-                if on_finished is not None:
-                    on_finished(partition)
+                await correlate_one(event)
+            except Exception as exc:
+                log.exception("correlate failed on partition %s@%s", event.message.partition, event.message.offset)
+                await dead_letter(_dl("correlate", f"internal error: {exc!r}", event, error="InternalError"))
+
+    async def correlate_one(event: Any) -> None:
+        partition = event.message.partition
+        corr = correlator_for(partition)
+        try:
+            rec = orjson.loads(event.value)
+        except orjson.JSONDecodeError as exc:
+            await dead_letter(_dl("correlate", f"not JSON: {exc}", event))
+            return
+        if not isinstance(rec, dict):
+            await dead_letter(_dl("correlate", "record is not an object", event))
+            return
+        before = len(corr.jobs), corr.watermark
+        try:
+            out = corr.on_record(rec, time.monotonic())
+        except (KeyError, TypeError, ValueError) as exc:
+            await dead_letter(_dl("correlate", f"malformed anomaly record: {exc!r}", event))
+            return
+        if out.late:
+            metrics.late.inc(len(out.late))
+        await emit_alerts(out.alerts)
+        metrics.watermark.labels(str(partition)).set(corr.watermark if corr.watermark > -1e300 else 0)
+        if out.alerts or rec.get("type") == "anomaly" or (len(corr.jobs), corr.watermark) != before:
+            correlator_table[str(partition).encode()] = orjson.dumps(corr.snapshot())
+        if out.finished:
+            state.finished_partitions.add(partition)
+            if on_finished is not None:
+                on_finished(partition)
 
     @app.timer(1.0, name="tick_correlators")  # type: ignore[untyped-decorator]
     async def tick_correlators() -> None:
@@ -285,13 +312,29 @@ def build_app(
     return app, state
 
 
-def _dl(stage: str, reason: str, event: Any) -> dict[str, Any]:
+def fit_dead_letter(record: dict[str, Any], limit: int = MAX_RECORD_BYTES - 64 * 1024) -> dict[str, Any]:
+    """Keep a dead letter under the record size limit: a too-large original is cut to its first MiB,
+    flagged, and fingerprinted (the whole message stays at its topic/partition/offset)."""
+    import base64
+    import hashlib
+
+    if len(record.get("original", "")) <= limit:
+        return record
+    raw = base64.b64decode(record["original"])
+    out = dict(record)
+    out["original"] = base64.b64encode(raw[: 1024 * 1024]).decode("ascii")
+    out["original_truncated"] = True
+    out["original_sha256"] = hashlib.sha256(raw).hexdigest()
+    return out
+
+
+def _dl(stage: str, reason: str, event: Any, error: str = "ValidationFailed") -> dict[str, Any]:
     import base64
 
     msg = event.message
     raw = event.value if isinstance(event.value, bytes | bytearray) else bytes(str(event.value), "utf-8")
     return {
-        "stage": stage, "reason": reason, "error": "ValidationFailed", "topic": msg.topic,
+        "stage": stage, "reason": reason, "error": error, "topic": msg.topic,
         "partition": msg.partition, "offset": msg.offset, "record": None,
         "original": base64.b64encode(raw).decode("ascii"), "original_size": len(raw),
         "key": msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else None,

@@ -16,6 +16,9 @@ from models.settings import LockstepSettings
 
 log = logging.getLogger("lockstep.topics")
 
+#: Largest record Lockstep produces (dead letters carry a message of up to 4 MB, base64-encoded).
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+
 #: Faust tables (their changelogs are ``<app_id>-<table>-changelog``).
 DETECTOR_STATE_TABLE = "detector_state"
 CORRELATOR_STATE_TABLE = "correlator_state"
@@ -99,11 +102,13 @@ class TopicCatalogue:
             TopicSpec(self.stats, s.alerts_partitions, "job_id", "per-job percentile summaries for capacity teams",
                       s.alerts_retention_ms),
             TopicSpec(self.dlq, 1, "original key", "dead letters: reason, original bytes, where they came from",
-                      7 * 24 * 3600 * 1000),
+                      7 * 24 * 3600 * 1000, config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
             TopicSpec(self.changelog(DETECTOR_STATE_TABLE), p, "topic:partition",
-                      "snapshots of per-partition detector state", compact=True),
+                      "snapshots of per-partition detector state", compact=True,
+                      config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
             TopicSpec(self.changelog(CORRELATOR_STATE_TABLE), p, "partition",
-                      "snapshots of per-partition correlation state", compact=True),
+                      "snapshots of per-partition correlation state", compact=True,
+                      config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
         ]
         return specs
 

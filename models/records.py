@@ -27,8 +27,11 @@ class DeadLetter(BaseModel):
     partition: int | None
     offset: int | None
     record: str | None = None
-    original: str = Field(description="base64 of the original bytes")
+    original: str = Field(description="base64 of the original bytes (their first MiB when truncated)")
     original_size: int
+    original_truncated: bool = Field(default=False, description="the original was too large to carry whole; "
+                                     "it stays at topic/partition/offset until the topic's retention")
+    original_sha256: str | None = None
     key: str | None = None
     ts: float = Field(description="when the stage rejected it (Unix seconds, record time)")
     retryable: bool = False

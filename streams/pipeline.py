@@ -138,10 +138,11 @@ class PartitionPipeline:
                                                       _record_name(batch, samples[int(bad)]), raw))
             keep &= ~negative
             out.rejected += int(negative.sum())
-        for layer in (s.layer for s in samples):
-            out.by_layer[layer] = out.by_layer.get(layer, 0) + 1
         # rate + detect, a round of unique series at a time (a scrape is one round)
         kept = np.flatnonzero(keep)
+        for i in kept:
+            layer = samples[int(i)].layer
+            out.by_layer[layer] = out.by_layer.get(layer, 0) + 1
         ids_k, ts_k, val_k = ids[kept], ts[kept], values[kept]
         order = np.argsort(ts_k, kind="stable")
         ids_k, ts_k, val_k, kept = ids_k[order], ts_k[order], val_k[order], kept[order]
