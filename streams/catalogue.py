@@ -158,47 +158,70 @@ def _add(name: str, info: MetricInfo) -> None:
 
 
 def _table(meaning: Meaning, shape: tuple[bool, Mode, Direction], names: tuple[str, ...] | list[str],
-           scale: float = 1.0, prefixes: tuple[str, ...] = ("",), suffix: str = "") -> None:
+           scale: float = 1.0, prefixes: tuple[str, ...] = ("",), suffix: str = "", *, fabric: str) -> None:
     for prefix in prefixes:
         for name in names:
             _add(f"{prefix}{name}{suffix}", _m(meaning, *shape, scale))
+            FABRICS[f"{prefix}{name}{suffix}"] = fabric
+
+
+_ROCE = "RoCE (Ethernet)"
+#: Which fabric / layer family each name belongs to (docs/vocabulary.md is grouped by it).
+FABRICS: dict[str, str] = {}
+for _fabric, _names in (
+    ("GPU", [n for n in CATALOGUE if n.startswith("DCGM_")]),
+    ("InfiniBand", ["SymbolErrorCounter", "LinkErrorRecoveryCounter", "LinkDownedCounter", "PortRcvErrors",
+                    "PortRcvRemotePhysicalErrors", "LocalLinkIntegrityErrors", "ExcessiveBufferOverrunErrors",
+                    "PortXmitDiscards", "PortRcvSwitchRelayErrors", "PortXmitWait", "PortXmitData", "PortRcvData",
+                    "PortXmitPkts", "PortRcvPkts"]),
+    (_ROCE, ["out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err", "np_cnp_sent",
+             "rp_cnp_handled", "np_ecn_marked_roce_packets", "rx_discards_phy", "tx_discards_phy", "rx_out_of_buffer",
+             "rx_symbol_err_phy", "rx_pcs_symbol_err_phy", "rx_crc_errors_phy", "link_down_events_phy"]),
+    ("NCCL", ["coll_exec_time_us", "nccl_collective_exec_time_microseconds", "coll_busbw_gbs"]),
+    ("Storage", ["read_latency_seconds", "write_latency_seconds", "read_bytes_total", "write_bytes_total",
+                 "read_ops_total", "write_ops_total"]),
+    ("Host", ["cpu_utilization"]),
+    ("Training job", ["step_time_seconds", "dataloader_wait_seconds"]),
+):
+    for _name in _names:
+        FABRICS[_name] = _fabric
 
 
 # GPU: dcgm-exporter field names (DCGM_FI_*) and its own DCGM_EXP_* metrics.
 _table(Meaning.UTILISATION, _LEVEL_DOWN, (
     "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
-    "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "DCGM_FI_PROF_PIPE_FP16_ACTIVE"))
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "DCGM_FI_PROF_PIPE_FP16_ACTIVE"), fabric="GPU")
 _table(Meaning.UTILISATION, _CTX_GAUGE, (
     "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"))
-_table(Meaning.UTILISATION, _CTX_COUNTER, ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",))
+    "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"), fabric="GPU")
+_table(Meaning.UTILISATION, _CTX_COUNTER, ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",), fabric="GPU")
 _table(Meaning.THROUGHPUT, _CTX_GAUGE, (
     "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_PROF_NVLINK_TX_BYTES",
-    "DCGM_FI_PROF_NVLINK_RX_BYTES"))
-_table(Meaning.THROUGHPUT, _CTX_COUNTER, ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",))
-_table(Meaning.TEMPERATURE, _LEVEL_UP, ("DCGM_FI_DEV_MEMORY_TEMP",))
-_table(Meaning.THROTTLE, _LEVEL_DOWN, ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK"))
-_table(Meaning.THROTTLE, _EVENT, ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",))
-_table(Meaning.THROTTLE, _LEVEL_UP, ("DCGM_EXP_CLOCK_EVENTS_COUNT",))
+    "DCGM_FI_PROF_NVLINK_RX_BYTES"), fabric="GPU")
+_table(Meaning.THROUGHPUT, _CTX_COUNTER, ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",), fabric="GPU")
+_table(Meaning.TEMPERATURE, _LEVEL_UP, ("DCGM_FI_DEV_MEMORY_TEMP",), fabric="GPU")
+_table(Meaning.THROTTLE, _LEVEL_DOWN, ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK"), fabric="GPU")
+_table(Meaning.THROTTLE, _EVENT, ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",), fabric="GPU")
+_table(Meaning.THROTTLE, _LEVEL_UP, ("DCGM_EXP_CLOCK_EVENTS_COUNT",), fabric="GPU")
 _table(Meaning.THROTTLE, _ERR, (
     "DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", "DCGM_FI_DEV_RELIABILITY_VIOLATION",
-    "DCGM_FI_DEV_TOTAL_APP_CLOCKS_VIOLATION", "DCGM_FI_DEV_TOTAL_BASE_CLOCKS_VIOLATION"))
-_table(Meaning.THROTTLE, _CTX_COUNTER, ("DCGM_FI_DEV_LOW_UTIL_VIOLATION",))
-_table(Meaning.GPU_FAULT, _EVENT, ("DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_ROW_REMAP_PENDING"))
+    "DCGM_FI_DEV_TOTAL_APP_CLOCKS_VIOLATION", "DCGM_FI_DEV_TOTAL_BASE_CLOCKS_VIOLATION"), fabric="GPU")
+_table(Meaning.THROTTLE, _CTX_COUNTER, ("DCGM_FI_DEV_LOW_UTIL_VIOLATION",), fabric="GPU")
+_table(Meaning.GPU_FAULT, _EVENT, ("DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_ROW_REMAP_PENDING"), fabric="GPU")
 _table(Meaning.GPU_FAULT, _ERR, (
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "DCGM_FI_DEV_RETIRED_SBE",
     "DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"))
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"), fabric="GPU")
 # NVLink and the GPU's PCIe link: errors on the GPU's own links.
 _table(Meaning.LINK_ERRORS, _ERR, (
     "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
     "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"))
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"), fabric="GPU")
 # Telegraf nvidia_smi input (measurement_field).
-_table(Meaning.UTILISATION, _LEVEL_DOWN, ("nvidia_smi_utilization_gpu",))
-_table(Meaning.UTILISATION, _CTX_GAUGE, ("nvidia_smi_utilization_memory", "nvidia_smi_power_draw"))
-_table(Meaning.TEMPERATURE, _LEVEL_UP, ("nvidia_smi_temperature_gpu",))
-_table(Meaning.THROTTLE, _LEVEL_DOWN, ("nvidia_smi_clocks_current_sm",))
+_table(Meaning.UTILISATION, _LEVEL_DOWN, ("nvidia_smi_utilization_gpu",), fabric="GPU")
+_table(Meaning.UTILISATION, _CTX_GAUGE, ("nvidia_smi_utilization_memory", "nvidia_smi_power_draw"), fabric="GPU")
+_table(Meaning.TEMPERATURE, _LEVEL_UP, ("nvidia_smi_temperature_gpu",), fabric="GPU")
+_table(Meaning.THROTTLE, _LEVEL_DOWN, ("nvidia_smi_clocks_current_sm",), fabric="GPU")
 
 # InfiniBand: perfquery / IB PMA names; UFM Telemetry adds "Extended" to the same names.
 _IB_LINK_ERRORS = ("SymbolErrorCounter", "LinkErrorRecoveryCounter", "PortRcvErrors", "PortRcvRemotePhysicalErrors",
@@ -209,20 +232,21 @@ _IB_DROPS = ("ExcessiveBufferOverrunErrors", "PortXmitDiscards", "PortRcvSwitchR
              "PortSwLifetimeLimitDiscards", "PortSwHOQLifetimeLimitDiscards")
 _IB_PACKETS = ("PortXmitPkts", "PortRcvPkts", "PortUnicastXmitPkts", "PortUnicastRcvPkts", "PortMulticastXmitPkts",
                "PortMulticastRcvPkts")
-_table(Meaning.LINK_ERRORS, _ERR, _IB_LINK_ERRORS)
-_table(Meaning.DROPS, _ERR, _IB_DROPS)
-_table(Meaning.THROUGHPUT, _CTX_COUNTER, _IB_PACKETS)
+_table(Meaning.LINK_ERRORS, _ERR, _IB_LINK_ERRORS, fabric="InfiniBand")
+_table(Meaning.DROPS, _ERR, _IB_DROPS, fabric="InfiniBand")
+_table(Meaning.THROUGHPUT, _CTX_COUNTER, _IB_PACKETS, fabric="InfiniBand")
 # Congestion control counters (perfquery --xmtcc/--rcvcc/--slrcvfecn/--slrcvbecn/--swportvlcong...).
 _table(Meaning.CONGESTION, _RATE_UP, [f"{n}{i}" for n in ("PortSLRcvFECN", "PortSLRcvBECN", "SWPortVLCongestion",
-                                                          "PortVLXmitTimeCong") for i in range(16)])
-_table(Meaning.CONGESTION, _RATE_UP, ("PortXmitTimeCong", "PortRcvFECN", "PortRcvBECN"))
-_table(Meaning.LINK_ERRORS, _ERR, _IB_LINK_ERRORS, suffix="Extended")
-_table(Meaning.LINK_DOWN, _ERR, ("LinkDownedCounter",), suffix="Extended")
-_table(Meaning.DROPS, _ERR, _IB_DROPS, suffix="Extended")
-_table(Meaning.CONGESTION, _RATE_UP, ("PortXmitWait",), suffix="Extended")
+                                                          "PortVLXmitTimeCong") for i in range(16)],
+       fabric="InfiniBand")
+_table(Meaning.CONGESTION, _RATE_UP, ("PortXmitTimeCong", "PortRcvFECN", "PortRcvBECN"), fabric="InfiniBand")
+_table(Meaning.LINK_ERRORS, _ERR, _IB_LINK_ERRORS, suffix="Extended", fabric="InfiniBand")
+_table(Meaning.LINK_DOWN, _ERR, ("LinkDownedCounter",), suffix="Extended", fabric="InfiniBand")
+_table(Meaning.DROPS, _ERR, _IB_DROPS, suffix="Extended", fabric="InfiniBand")
+_table(Meaning.CONGESTION, _RATE_UP, ("PortXmitWait",), suffix="Extended", fabric="InfiniBand")
 _table(Meaning.THROUGHPUT, (True, Mode.CONTEXT, Direction.DOWN), ("PortXmitData", "PortRcvData"), 4.0,
-       suffix="Extended")
-_table(Meaning.THROUGHPUT, _CTX_COUNTER, _IB_PACKETS, suffix="Extended")
+       suffix="Extended", fabric="InfiniBand")
+_table(Meaning.THROUGHPUT, _CTX_COUNTER, _IB_PACKETS, suffix="Extended", fabric="InfiniBand")
 
 # InfiniBand: sysfs counter files (/sys/class/infiniband/<dev>/ports/<n>/counters), also read by the
 # Telegraf infiniband input (measurement "infiniband", field = file name).
@@ -235,34 +259,35 @@ _SYSFS_PACKETS = ("port_xmit_packets", "port_rcv_packets", "unicast_xmit_packets
                   "port_unicast_xmit_packets", "port_unicast_rcv_packets", "port_multicast_xmit_packets",
                   "port_multicast_rcv_packets")
 for _p in ("", "infiniband_"):
-    _table(Meaning.LINK_ERRORS, _ERR, _SYSFS_LINK_ERRORS, prefixes=(_p,))
-    _table(Meaning.LINK_DOWN, _ERR, ("link_downed",), prefixes=(_p,))
-    _table(Meaning.DROPS, _ERR, _SYSFS_DROPS, prefixes=(_p,))
-    _table(Meaning.CONGESTION, _RATE_UP, ("port_xmit_wait",), prefixes=(_p,))
+    _table(Meaning.LINK_ERRORS, _ERR, _SYSFS_LINK_ERRORS, prefixes=(_p,), fabric="InfiniBand")
+    _table(Meaning.LINK_DOWN, _ERR, ("link_downed",), prefixes=(_p,), fabric="InfiniBand")
+    _table(Meaning.DROPS, _ERR, _SYSFS_DROPS, prefixes=(_p,), fabric="InfiniBand")
+    _table(Meaning.CONGESTION, _RATE_UP, ("port_xmit_wait",), prefixes=(_p,), fabric="InfiniBand")
     _table(Meaning.THROUGHPUT, _CTX_COUNTER, ("port_xmit_data", "port_rcv_data", "port_xmit_data_64",
-                                              "port_rcv_data_64"), 4.0, prefixes=(_p,))
-    _table(Meaning.THROUGHPUT, _CTX_COUNTER, _SYSFS_PACKETS, prefixes=(_p,))
+                                              "port_rcv_data_64"), 4.0, prefixes=(_p,), fabric="InfiniBand")
+    _table(Meaning.THROUGHPUT, _CTX_COUNTER, _SYSFS_PACKETS, prefixes=(_p,), fabric="InfiniBand")
 
 # InfiniBand: node_exporter infiniband collector (bytes already multiplied by 4).
 _NE = "node_infiniband_"
 _table(Meaning.LINK_ERRORS, _ERR, ("symbol_error_total", "link_error_recovery_total", "port_errors_received_total",
                                    "port_receive_remote_physical_errors_total", "local_link_integrity_errors_total"),
-       prefixes=(_NE,))
-_table(Meaning.LINK_DOWN, _ERR, ("link_downed_total",), prefixes=(_NE,))
-_table(Meaning.LINK_DOWN, _LEVEL_DOWN, ("state_id", "physical_state_id"), prefixes=(_NE,))
-_table(Meaning.LINK_ERRORS, _LEVEL_DOWN, ("rate_bytes_per_second",), prefixes=(_NE,))
+       prefixes=(_NE,), fabric="InfiniBand")
+_table(Meaning.LINK_DOWN, _ERR, ("link_downed_total",), prefixes=(_NE,), fabric="InfiniBand")
+_table(Meaning.LINK_DOWN, _LEVEL_DOWN, ("state_id", "physical_state_id"), prefixes=(_NE,), fabric="InfiniBand")
+_table(Meaning.LINK_ERRORS, _LEVEL_DOWN, ("rate_bytes_per_second",), prefixes=(_NE,), fabric="InfiniBand")
 _table(Meaning.DROPS, _ERR, ("excessive_buffer_overrun_errors_total", "port_receive_switch_relay_errors_total",
                              "port_discards_received_total", "port_discards_transmitted_total",
                              "port_constraint_errors_received_total", "port_constraint_errors_transmitted_total",
-                             "vl15_dropped_total"), prefixes=(_NE,))
-_table(Meaning.CONGESTION, _RATE_UP, ("port_transmit_wait_total",), prefixes=(_NE,))
+                             "vl15_dropped_total"), prefixes=(_NE,), fabric="InfiniBand")
+_table(Meaning.CONGESTION, _RATE_UP, ("port_transmit_wait_total",), prefixes=(_NE,), fabric="InfiniBand")
 _table(Meaning.THROUGHPUT, _CTX_COUNTER, (
     "port_data_received_bytes_total", "port_data_transmitted_bytes_total", "port_packets_received_total",
     "port_packets_transmitted_total", "unicast_packets_received_total", "unicast_packets_transmitted_total",
     "multicast_packets_received_total", "multicast_packets_transmitted_total", "legacy_data_received_bytes_total",
     "legacy_data_transmitted_bytes_total", "legacy_packets_received_total", "legacy_packets_transmitted_total",
     "legacy_unicast_packets_received_total", "legacy_unicast_packets_transmitted_total",
-    "legacy_multicast_packets_received_total", "legacy_multicast_packets_transmitted_total"), prefixes=(_NE,))
+    "legacy_multicast_packets_received_total", "legacy_multicast_packets_transmitted_total"), prefixes=(_NE,),
+    fabric="InfiniBand")
 
 # RoCE: mlx5 hw_counters (/sys/class/infiniband/<dev>/ports/<n>/hw_counters; Telegraf "infiniband_").
 _HW_RETRANSMITS = ("implied_nak_seq_err", "duplicate_request", "roce_adp_retrans", "roce_adp_retrans_to",
@@ -270,16 +295,16 @@ _HW_RETRANSMITS = ("implied_nak_seq_err", "duplicate_request", "roce_adp_retrans
                    "req_rnr_retries_exceeded")
 _HW_CONGESTION = ("rp_cnp_ignored", "roce_slow_restart_cnps")
 for _p in ("", "infiniband_"):
-    _table(Meaning.RETRANSMITS, _ERR, _HW_RETRANSMITS, prefixes=(_p,))
-    _table(Meaning.CONGESTION, _RATE_UP, _HW_CONGESTION, prefixes=(_p,))
-    _table(Meaning.DROPS, _ERR, ("out_of_buffer",), prefixes=(_p,))
-    _table(Meaning.LINK_ERRORS, _ERR, ("rx_icrc_encapsulated",), prefixes=(_p,))
+    _table(Meaning.RETRANSMITS, _ERR, _HW_RETRANSMITS, prefixes=(_p,), fabric=_ROCE)
+    _table(Meaning.CONGESTION, _RATE_UP, _HW_CONGESTION, prefixes=(_p,), fabric=_ROCE)
+    _table(Meaning.DROPS, _ERR, ("out_of_buffer",), prefixes=(_p,), fabric=_ROCE)
+    _table(Meaning.LINK_ERRORS, _ERR, ("rx_icrc_encapsulated",), prefixes=(_p,), fabric=_ROCE)
     _table(Meaning.THROUGHPUT, _CTX_COUNTER, ("rx_read_requests", "rx_write_requests", "rx_atomic_requests"),
-           prefixes=(_p,))
+           prefixes=(_p,), fabric=_ROCE)
 _table(Meaning.RETRANSMITS, _ERR, ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err"),
-       prefixes=("infiniband_",))
+       prefixes=("infiniband_",), fabric=_ROCE)
 _table(Meaning.CONGESTION, _RATE_UP, ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets"),
-       prefixes=("infiniband_",))
+       prefixes=("infiniband_",), fabric=_ROCE)
 
 # RoCE: mlx5 `ethtool -S` physical-port and per-priority counters (Telegraf "ethtool_" too).
 _ETH_LINK_ERRORS = ("rx_symbol_err_phy", "rx_pcs_symbol_err_phy", "rx_crc_errors_phy", "rx_corrected_bits_phy",
@@ -298,20 +323,22 @@ _ETH_CONGESTION = ("rx_pause_ctrl_phy", "tx_pause_ctrl_phy", "rx_global_pause", 
 _ETH_THROUGHPUT = ("rx_bits_phy", "rx_bytes_phy", "tx_bytes_phy", "rx_packets_phy", "tx_packets_phy",
                    *(f"{d}_prio{p}_{n}" for d in ("rx", "tx") for p in range(8) for n in ("bytes", "packets")))
 for _p in ("", "ethtool_"):
-    _table(Meaning.LINK_ERRORS, _ERR, _ETH_LINK_ERRORS, prefixes=(_p,))
-    _table(Meaning.LINK_DOWN, _ERR, ("link_down_events_phy", "module_unplug"), prefixes=(_p,))
-    _table(Meaning.DROPS, _ERR, _ETH_DROPS, prefixes=(_p,))
-    _table(Meaning.CONGESTION, _RATE_UP, _ETH_CONGESTION, prefixes=(_p,))
-    _table(Meaning.THROUGHPUT, _CTX_COUNTER, _ETH_THROUGHPUT, prefixes=(_p,))
+    _table(Meaning.LINK_ERRORS, _ERR, _ETH_LINK_ERRORS, prefixes=(_p,), fabric=_ROCE)
+    _table(Meaning.LINK_DOWN, _ERR, ("link_down_events_phy", "module_unplug"), prefixes=(_p,), fabric=_ROCE)
+    _table(Meaning.DROPS, _ERR, _ETH_DROPS, prefixes=(_p,), fabric=_ROCE)
+    _table(Meaning.CONGESTION, _RATE_UP, _ETH_CONGESTION, prefixes=(_p,), fabric=_ROCE)
+    _table(Meaning.THROUGHPUT, _CTX_COUNTER, _ETH_THROUGHPUT, prefixes=(_p,), fabric=_ROCE)
 # Bit error ratios derived from the counters above (streams.formats.derive).
-_table(Meaning.LINK_ERRORS, _LEVEL_UP, ("effective_ber", "raw_ber"))
+_table(Meaning.LINK_ERRORS, _LEVEL_UP, ("effective_ber", "raw_ber"), fabric=_ROCE)
 
 # NCCL: Inspector JSON fields, Inspector Prometheus metrics, nccl-tests tables.
-_table(Meaning.LATENCY, _LEVEL_UP, ("p2p_exec_time_us", "nccl_p2p_exec_time_microseconds", "nccl_tests_time_us"))
+_table(Meaning.LATENCY, _LEVEL_UP, ("p2p_exec_time_us", "nccl_p2p_exec_time_microseconds", "nccl_tests_time_us"),
+       fabric="NCCL")
 _table(Meaning.THROUGHPUT, _LEVEL_DOWN, (
     "coll_algobw_gbs", "p2p_busbw_gbs", "p2p_algobw_gbs", "nccl_bus_bandwidth_gbs", "nccl_algorithm_bandwidth_gbs",
-    "nccl_collective_algobw_gbs", "nccl_p2p_bus_bandwidth_gbs", "nccl_tests_algbw_gbs", "nccl_tests_busbw_gbs"))
-_table(Meaning.GPU_FAULT, _EVENT, ("nccl_tests_wrong",))
+    "nccl_collective_algobw_gbs", "nccl_p2p_bus_bandwidth_gbs", "nccl_tests_algbw_gbs", "nccl_tests_busbw_gbs"),
+    fabric="NCCL")
+_table(Meaning.GPU_FAULT, _EVENT, ("nccl_tests_wrong",), fabric="NCCL")
 
 # Storage: node_exporter diskstats and mountstats (NFS client), nfs, Telegraf diskio, Lustre job_stats.
 _table(Meaning.THROUGHPUT, _CTX_COUNTER, (
@@ -321,51 +348,53 @@ _table(Meaning.THROUGHPUT, _CTX_COUNTER, (
     "node_mountstats_nfs_operations_received_bytes_total", "node_mountstats_nfs_read_bytes_total",
     "node_mountstats_nfs_write_bytes_total", "node_mountstats_nfs_total_read_bytes_total",
     "node_mountstats_nfs_total_write_bytes_total", "diskio_reads", "diskio_writes", "diskio_read_bytes",
-    "diskio_write_bytes"))
+    "diskio_write_bytes"), fabric="Storage")
 _table(Meaning.LATENCY, _CTX_COUNTER, (
     "node_disk_read_time_seconds_total", "node_disk_write_time_seconds_total",
     "node_disk_io_time_weighted_seconds_total", "node_mountstats_nfs_operations_queue_time_seconds_total",
     "node_mountstats_nfs_operations_response_time_seconds_total",
     "node_mountstats_nfs_operations_request_time_seconds_total", "diskio_read_time", "diskio_write_time",
-    "diskio_weighted_io_time"))
-_table(Meaning.UTILISATION, _RATE_UP, ("node_disk_io_time_seconds_total", "diskio_io_time"))
-_table(Meaning.UTILISATION, _CTX_GAUGE, ("node_disk_io_now", "diskio_iops_in_progress"))
-_table(Meaning.RETRANSMITS, _RATE_UP, ("node_mountstats_nfs_operations_transmissions_total",))
+    "diskio_weighted_io_time"), fabric="Storage")
+_table(Meaning.UTILISATION, _RATE_UP, ("node_disk_io_time_seconds_total", "diskio_io_time"), fabric="Storage")
+_table(Meaning.UTILISATION, _CTX_GAUGE, ("node_disk_io_now", "diskio_iops_in_progress"), fabric="Storage")
+_table(Meaning.RETRANSMITS, _RATE_UP, ("node_mountstats_nfs_operations_transmissions_total",), fabric="Storage")
 _table(Meaning.RETRANSMITS, _ERR, ("node_mountstats_nfs_operations_major_timeouts_total",
-                                   "node_nfs_rpc_retransmissions_total"))
+                                   "node_nfs_rpc_retransmissions_total"), fabric="Storage")
 _table(Meaning.CONGESTION, _RATE_UP, ("node_mountstats_nfs_transport_backlog_queue_total",
                                       "node_mountstats_nfs_transport_sending_queue_total",
-                                      "node_mountstats_nfs_transport_pending_queue_total"))
+                                      "node_mountstats_nfs_transport_pending_queue_total"), fabric="Storage")
 _table(Meaning.LATENCY, _LEVEL_UP, ("disk_read_latency_seconds", "disk_write_latency_seconds",
-                                    "nfs_request_latency_seconds", "nfs_response_latency_seconds"))
+                                    "nfs_request_latency_seconds", "nfs_response_latency_seconds"), fabric="Storage")
 _LUSTRE_OPS = ("read", "write", "getattr", "setattr", "punch", "sync", "destroy", "create", "statfs", "get_info",
                "set_info", "quotactl", "prealloc", "open", "close", "mknod", "link", "unlink", "mkdir", "rmdir",
                "rename", "getxattr", "setxattr", "samedir_rename", "parallel_rename_file", "parallel_rename_dir",
                "crossdir_rename", "migrate", "fallocate")
 _table(Meaning.THROUGHPUT, _CTX_COUNTER, [f"jobstats_{op}_samples" for op in (*_LUSTRE_OPS, "read_bytes",
-                                                                               "write_bytes")])
-_table(Meaning.THROUGHPUT, _CTX_COUNTER, ("jobstats_read_bytes_sum", "jobstats_write_bytes_sum"))
-_table(Meaning.LATENCY, _CTX_COUNTER, [f"jobstats_{op}_sum" for op in _LUSTRE_OPS])
-_table(Meaning.LATENCY, _LEVEL_UP, [f"jobstats_{op}_latency_seconds" for op in _LUSTRE_OPS])
+                                                                               "write_bytes")], fabric="Storage")
+_table(Meaning.THROUGHPUT, _CTX_COUNTER, ("jobstats_read_bytes_sum", "jobstats_write_bytes_sum"), fabric="Storage")
+_table(Meaning.LATENCY, _CTX_COUNTER, [f"jobstats_{op}_sum" for op in _LUSTRE_OPS], fabric="Storage")
+_table(Meaning.LATENCY, _LEVEL_UP, [f"jobstats_{op}_latency_seconds" for op in _LUSTRE_OPS], fabric="Storage")
 
 # Host: node_exporter / Vector host_metrics CPU seconds, OpenTelemetry hostmetrics, Telegraf cpu.
-_table(Meaning.UTILISATION, _CTX_COUNTER, ("node_cpu_seconds_total", "host_cpu_seconds_total", "system.cpu.time"))
-_table(Meaning.UTILISATION, _LEVEL_UP, ("system.cpu.utilization", "cpu_iowait_percent", "cpu_usage_iowait"))
+_table(Meaning.UTILISATION, _CTX_COUNTER, ("node_cpu_seconds_total", "host_cpu_seconds_total", "system.cpu.time"),
+       fabric="Host")
+_table(Meaning.UTILISATION, _LEVEL_UP, ("system.cpu.utilization", "cpu_iowait_percent", "cpu_usage_iowait"),
+       fabric="Host")
 _table(Meaning.LINK_ERRORS, _ERR, ("system.network.errors", "node_network_receive_errs_total",
                                    "node_network_transmit_errs_total", "host_network_receive_errs_total",
-                                   "host_network_transmit_errs_total"))
+                                   "host_network_transmit_errs_total"), fabric="Host")
 _table(Meaning.DROPS, _ERR, ("system.network.dropped", "node_network_receive_drop_total",
                              "node_network_transmit_drop_total", "host_network_receive_packets_drop_total",
-                             "host_network_transmit_packets_drop_total"))
+                             "host_network_transmit_packets_drop_total"), fabric="Host")
 _table(Meaning.THROUGHPUT, _CTX_COUNTER, ("system.network.io", "system.network.packets", "system.disk.io",
                                           "system.disk.operations", "node_network_receive_bytes_total",
                                           "node_network_transmit_bytes_total", "host_network_receive_bytes_total",
-                                          "host_network_transmit_bytes_total"))
-_table(Meaning.LATENCY, _CTX_COUNTER, ("system.disk.operation_time",))
-_table(Meaning.UTILISATION, _CTX_GAUGE, ("cpu_usage_idle", "cpu_usage_user", "cpu_usage_system"))
+                                          "host_network_transmit_bytes_total"), fabric="Host")
+_table(Meaning.LATENCY, _CTX_COUNTER, ("system.disk.operation_time",), fabric="Host")
+_table(Meaning.UTILISATION, _CTX_GAUGE, ("cpu_usage_idle", "cpu_usage_user", "cpu_usage_system"), fabric="Host")
 # Generic netdev counters that ethtool -S prints next to the mlx5 ones.
 _table(Meaning.THROUGHPUT, _CTX_COUNTER, ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes"),
-       prefixes=("", "ethtool_"))
+       prefixes=("", "ethtool_"), fabric=_ROCE)
 
 UNKNOWN = MetricInfo(Meaning.UNKNOWN, False, Mode.LEVEL, Direction.BOTH)
 
