@@ -95,7 +95,10 @@ class ReceiverWorker:
         self.rng = random.Random(seed)
         self.dispatcher = Dispatcher(routing, self.name, send_resolved=receiver.config.integration.send_resolved)
         self.tracker = OffsetTracker()
-        self.backlog = 0
+        self.backlog = False        # something is parked: new notifications queue behind it
+        self._parking = 0           # parks whose produce has not been acknowledged yet
+        self._last_parked = -1      # offset of the last park this process made
+        self._last_seen = -1        # offset of the last retry record taken
         self.stats = {"accepted": 0, "parked": 0, "retried": 0, "dead_letters": 0, "duplicates": 0}
         self._sem = asyncio.Semaphore(receiver.config.max_in_flight)
         self._group_locks: dict[str, asyncio.Lock] = {}
@@ -135,9 +138,11 @@ class ReceiverWorker:
         if committed is None:
             committed = (await self._retry.beginning_offsets([rtp]))[rtp]
         end = (await self._retry.end_offsets([rtp]))[rtp]
-        self.backlog = max(0, end - committed)
+        # Only "anything left?" is asked of the offsets (some brokers report the end of the last
+        # batch); the retry loop clears the flag when it finds the topic drained.
+        self.backlog = end > committed
         if self.backlog:
-            log.info("%s: %d parked notifications to retry", self.stage, self.backlog)
+            log.info("%s: parked notifications to retry (from offset %d)", self.stage, committed)
         self._loops = [asyncio.create_task(self._main_loop(), name=f"{self.stage}.main"),
                        asyncio.create_task(self._retry_loop(), name=f"{self.stage}.retry")]
 
@@ -236,7 +241,7 @@ class ReceiverWorker:
             i = 0
             while i < len(units) and not self._stopping.is_set():
                 unit = units[i]
-                if self.backlog > 0:
+                if self.backlog:
                     await self._park(unit, "parked behind earlier notifications", None)
                     i += 1
                     continue
@@ -282,18 +287,22 @@ class ReceiverWorker:
         value = orjson.dumps(park_record(unit, first_failed=now, not_before=now + wait, attempts=1,
                                          last_error=error))
         delay = 0.1
-        self.backlog += 1  # before the await: later notifications queue behind this one
-        while True:
-            try:
-                await self.producer.send_and_wait(self.retry_topic, key=self.name.encode(), value=value)
-                break
-            except Exception as exc:
-                if self._stopping.is_set():
-                    self.backlog -= 1
-                    raise
-                log.warning("%s: parking failed (%s); retrying", self.stage, type(exc).__name__)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        self.backlog = True  # before the await: later notifications queue behind this one
+        self._parking += 1
+        try:
+            while True:
+                try:
+                    meta = await self.producer.send_and_wait(self.retry_topic, key=self.name.encode(), value=value)
+                    self._last_parked = max(self._last_parked, meta.offset)
+                    break
+                except Exception as exc:
+                    if self._stopping.is_set():
+                        raise
+                    log.warning("%s: parking failed (%s); retrying", self.stage, type(exc).__name__)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+        finally:
+            self._parking -= 1
         self.stats["parked"] += 1
         log.info("%s: parked %s (%s)", self.stage, unit.group_key, error)
 
@@ -335,8 +344,10 @@ class ReceiverWorker:
                     for msg in msgs:
                         await self._retry_one(tp, msg)
                         await self._retry.commit({tp: msg.offset + 1})
-                        self.backlog = max(0, self.backlog - 1)
+                        self._last_seen = msg.offset
                         self._progress.set()
+                if not batch and self._parking == 0 and self._last_seen >= self._last_parked:
+                    self.backlog = False  # drained: deliver directly again
             except asyncio.CancelledError:
                 raise
             except Exception:
