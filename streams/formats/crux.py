@@ -19,12 +19,16 @@ host and the switch it hangs off at each tier (ASW access/leaf, PSW pod/spine, D
 from __future__ import annotations
 
 import csv
-import io
 from typing import Any
 
 from streams.formats.base import Context, decode_text
 
 UNKNOWN = "unknown"
+
+
+def _row(line: str) -> list[str]:
+    """One CSV line (a row never spans lines in this format); raises ``csv.Error``."""
+    return next(csv.reader([line]), [])
 _REQUIRED = ("ip", "ASW")
 
 
@@ -38,10 +42,13 @@ def convert(raw: bytes, ctx: Context) -> None:
         return
     qualify = (ctx.header("leaf-names") or "qualified").lower() != "global"
     default_fabric = (ctx.header("fabric") or "infiniband").lower()
-    reader = csv.reader(io.StringIO(text))
+    lines = text.splitlines()
+    if not lines:
+        return
     try:
-        header = [h.strip() for h in next(reader)]
-    except StopIteration:
+        header = [h.strip() for h in _row(lines[0])]
+    except csv.Error as exc:
+        ctx.reject("line 1", f"header is not CSV: {exc}")
         return
     missing = [c for c in _REQUIRED if c not in header]
     if missing:
@@ -52,10 +59,15 @@ def convert(raw: bytes, ctx: Context) -> None:
     spines: dict[str, set[str]] = {}
     cores: set[str] = set()
     seen_nodes: set[str] = set()
-    for lineno, row in enumerate(reader, start=2):
+    for lineno, line in enumerate(lines[1:], start=2):
+        record = f"line {lineno}"
+        try:
+            row = _row(line)
+        except csv.Error as exc:
+            ctx.reject(record, f"not CSV: {exc}")
+            continue
         if not row or all(not c.strip() for c in row):
             continue
-        record = f"line {lineno}"
         if len(row) != len(header):
             ctx.reject(record, f"{len(row)} fields, the header has {len(header)}")
             continue

@@ -45,90 +45,119 @@ class _Bad(ValueError):
     pass
 
 
+def _obj(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    """An optional object field: absent or null is empty, another type is bad input."""
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Bad(f"{path} is {type(value).__name__}, not an object")
+    return value
+
+
+def _list(parent: dict[str, Any], key: str, path: str) -> list[Any]:
+    value = parent.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Bad(f"{path} is {type(value).__name__}, not a list")
+    return value
+
+
+def _str(parent: dict[str, Any], key: str, path: str) -> str | None:
+    value = parent.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _Bad(f"{path} is {type(value).__name__}, not a string")
+    return value
+
+
 def _gpus(spec: dict[str, Any]) -> int:
     total = 0
-    for c in spec.get("containers") or []:
+    for i, c in enumerate(_list(spec, "containers", "spec.containers")):
+        where = f"spec.containers[{i}]"
         if not isinstance(c, dict):
-            continue
-        resources = c.get("resources") or {}
-        qty = (resources.get("limits") or {}).get(GPU_RESOURCE, (resources.get("requests") or {}).get(GPU_RESOURCE))
+            raise _Bad(f"{where} is not an object")
+        resources = _obj(c, "resources", f"{where}.resources")
+        limits = _obj(resources, "limits", f"{where}.resources.limits")
+        requests = _obj(resources, "requests", f"{where}.resources.requests")
+        qty = limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE))
         if qty is None:
             continue
         text = str(qty)
-        if isinstance(qty, bool) or not text.isdigit():
+        if isinstance(qty, bool) or not isinstance(qty, int | str) or not text.isdigit():
             raise _Bad(f"{GPU_RESOURCE} quantity {text[:20]!r} is not a whole number")
         total += int(text)
     return total
 
 
-def _pod_time(pod: dict[str, Any]) -> float | None:
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    candidates: list[Any] = [status.get("startTime"), meta.get("deletionTimestamp")]
-    for cs in status.get("containerStatuses") or []:
-        term = ((cs or {}).get("state") or {}).get("terminated") if isinstance(cs, dict) else None
-        if isinstance(term, dict):
-            candidates.append(term.get("finishedAt"))
-    times = []
-    for c in candidates:
-        if isinstance(c, str) and c:
-            try:
-                times.append(parse_time_value(c, "pod time"))
-            except ValueError as exc:
-                raise _Bad(str(exc)) from None
+def _time_of(text: str | None, what: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse_time_value(text, what)
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
+
+
+def _pod_time(meta: dict[str, Any], status: dict[str, Any]) -> float | None:
+    times = [t for t in (_time_of(_str(status, "startTime", "status.startTime"), "status.startTime"),
+                         _time_of(_str(meta, "deletionTimestamp", "metadata.deletionTimestamp"),
+                                  "metadata.deletionTimestamp")) if t is not None]
+    for i, cs in enumerate(_list(status, "containerStatuses", "status.containerStatuses")):
+        where = f"status.containerStatuses[{i}]"
+        if not isinstance(cs, dict):
+            raise _Bad(f"{where} is not an object")
+        term = _obj(_obj(cs, "state", f"{where}.state"), "terminated", f"{where}.state.terminated")
+        finished = _time_of(_str(term, "finishedAt", f"{where}.state.terminated.finishedAt"), "finishedAt")
+        if finished is not None:
+            times.append(finished)
     if times:
         return max(times)
-    created = meta.get("creationTimestamp")
-    if isinstance(created, str) and created:
-        try:
-            return parse_time_value(created, "metadata.creationTimestamp")
-        except ValueError as exc:
-            raise _Bad(str(exc)) from None
-    return None
+    return _time_of(_str(meta, "creationTimestamp", "metadata.creationTimestamp"), "metadata.creationTimestamp")
 
 
 def _volumes(spec: dict[str, Any]) -> list[str]:
     out: list[str] = []
-    for v in spec.get("volumes") or []:
+    for i, v in enumerate(_list(spec, "volumes", "spec.volumes")):
+        where = f"spec.volumes[{i}]"
         if not isinstance(v, dict):
-            continue
-        pvc = v.get("persistentVolumeClaim")
-        if isinstance(pvc, dict) and isinstance(pvc.get("claimName"), str):
-            out.append(pvc["claimName"])
-        nfs = v.get("nfs")
-        if isinstance(nfs, dict) and isinstance(nfs.get("server"), str):
-            out.append(nfs["server"])
+            raise _Bad(f"{where} is not an object")
+        claim = _str(_obj(v, "persistentVolumeClaim", f"{where}.persistentVolumeClaim"), "claimName",
+                     f"{where}.persistentVolumeClaim.claimName")
+        server = _str(_obj(v, "nfs", f"{where}.nfs"), "server", f"{where}.nfs.server")
+        out.extend(x for x in (claim, server) if x)
     return out
 
 
 def _pod_entry(pod: dict[str, Any], deleted: bool, ctx: Context) -> tuple[str, dict[str, Any]] | None:
-    meta = pod.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+    meta = _obj(pod, "metadata", "metadata")
+    name = _str(meta, "name", "metadata.name")
+    if name is None:
         raise _Bad("pod has no metadata.name")
-    namespace = meta.get("namespace") or "default"
-    labels = meta.get("labels") or {}
-    if not isinstance(labels, dict):
-        raise _Bad("metadata.labels is not an object")
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    namespace = _str(meta, "namespace", "metadata.namespace") or "default"
+    labels = _obj(meta, "labels", "metadata.labels")
+    spec = _obj(pod, "spec", "spec")
+    status = _obj(pod, "status", "status")
     gpus = _gpus(spec)
     job_name = next((labels[k] for k in JOB_LABELS if isinstance(labels.get(k), str) and labels[k]), None)
     if job_name is None:
         if gpus == 0:
             ctx.skip(SKIP_NOT_TRAINING)
             return None
-        job_name = meta["name"]
+        job_name = name
     phase = status.get("phase", "Pending")
-    if phase not in _PHASES:
+    if not isinstance(phase, str) or phase not in _PHASES:
         raise _Bad(f"status.phase {str(phase)[:20]!r} is not a pod phase")
-    ts = _pod_time(pod)
+    ts = _pod_time(meta, status)
     if ts is None:
         ts = ctx.collection_ts()
         if ts is None:
             raise _Bad("no startTime, finishedAt, deletionTimestamp or creationTimestamp and no collection time")
-    uid = meta.get("uid") or f"{namespace}/{meta['name']}"
-    return str(uid), {"job": f"{namespace}/{job_name}", "name": job_name, "node": spec.get("nodeName"),
-                      "gpus": gpus, "phase": phase, "gone": deleted, "ts": ts, "storage": _volumes(spec)}
+    uid = _str(meta, "uid", "metadata.uid") or f"{namespace}/{name}"
+    return uid, {"job": f"{namespace}/{job_name}", "name": job_name, "node": _str(spec, "nodeName", "spec.nodeName"),
+                 "gpus": gpus, "phase": phase, "gone": deleted, "ts": ts, "storage": _volumes(spec)}
 
 
 def _job_event(job: str, pods: list[dict[str, Any]]) -> dict[str, Any]:
@@ -163,7 +192,11 @@ def convert(raw: bytes, ctx: Context) -> None:
         rec = record or "message"
         items: list[tuple[str, Any, bool]]
         if isinstance(doc, dict) and doc.get("kind") == "PodList":
-            items = [(f"{rec}.items[{i}]", p, False) for i, p in enumerate(doc.get("items") or [])]
+            pod_items = doc.get("items")
+            if not isinstance(pod_items, list):
+                ctx.reject(rec, "PodList items is not a list")
+                continue
+            items = [(f"{rec}.items[{i}]", p, False) for i, p in enumerate(pod_items)]
         elif isinstance(doc, dict) and "object" in doc and "type" in doc:
             etype = doc["type"]
             if etype not in ("ADDED", "MODIFIED", "DELETED"):
@@ -191,6 +224,8 @@ def convert(raw: bytes, ctx: Context) -> None:
             touched[info["job"]] = prec
     for job, prec in touched.items():
         pods = [p for p in pods_state.values() if p["job"] == job]
+        if not pods:  # its only pod moved to another job (relabelled) within this message
+            continue
         try:
             event = _job_event(job, pods)
         except _Bad as exc:

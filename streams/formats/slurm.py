@@ -172,7 +172,10 @@ def _job_event(job: Any, sacct: bool, ctx: Context) -> dict[str, Any]:
                    "state" if sacct else "job_state")
     nodes = _nodes(job.get("nodes"))
     if sacct:
-        gpus = _gpus_from_tres_list((job.get("tres") or {}).get("allocated"))
+        tres = job.get("tres")
+        if tres is not None and not isinstance(tres, dict):
+            raise _Bad("tres is not an object")
+        gpus = _gpus_from_tres_list((tres or {}).get("allocated"))
     else:
         gpus = _gpus_from_tres_str(job.get("tres_alloc_str"))
     if gpus is None:
