@@ -26,9 +26,9 @@ def backoff_delay(attempt: int, cfg: RetryConfig, rng: random.Random, retry_afte
     >>> backoff_delay(0, cfg, random.Random(1), retry_after=30.0)
     30.0
     """
-    cap = min(cfg.max, cfg.initial * (2 ** min(attempt, 30)))
+    cap = min(cfg.max, cfg.initial * float(2 ** min(attempt, 30)))
     delay = cap / 2 + rng.uniform(0, cap / 2)
-    return max(delay, retry_after or 0.0)
+    return float(max(delay, retry_after or 0.0))
 
 
 def park_record(n: Notification, *, first_failed: float, not_before: float, attempts: int,

@@ -213,10 +213,12 @@ class SyslogReceiver(Receiver):
 
     async def _send_tcp(self, frame: bytes) -> None:
         if self._writer is None or self._writer.is_closing():
-            _, self._writer = await asyncio.wait_for(asyncio.open_connection(self.cfg.host, self.cfg.port),
-                                                     self.cfg.timeout)
-        self._writer.write(frame)
-        await asyncio.wait_for(self._writer.drain(), self.cfg.timeout)
+            connected = await asyncio.wait_for(asyncio.open_connection(self.cfg.host, self.cfg.port),
+                                               self.cfg.timeout)
+            self._writer = connected[1]
+        writer: asyncio.StreamWriter = self._writer
+        writer.write(frame)
+        await asyncio.wait_for(writer.drain(), self.cfg.timeout)
 
     async def close(self) -> None:
         if self._writer is not None:
