@@ -606,9 +606,13 @@ class Notification:
     tokens: list[Any] = field(default_factory=list)
 
     def split(self) -> list[Notification]:
-        """One notification per changed alert, without tokens (per-alert receivers: PagerDuty, OCSF, topics)."""
+        """One notification per changed alert, without tokens (per-alert receivers: PagerDuty, OCSF, topics).
+
+        A repeat (nothing changed) splits into one per firing alert, marked ``repeat``.
+        """
+        targets = self.changed or ([a for a in self.alerts if a["status"] == "firing"] if self.repeat else [])
         return [Notification(self.receiver, self.group_key, self.group_labels, [a], [a], self.repeat)
-                for a in self.changed]
+                for a in targets]
 
 
 @dataclass

@@ -229,10 +229,20 @@ class ReceiverWorker:
     async def _deliver(self, n: Notification) -> None:
         try:
             await self._deliver_unguarded(n)
-        except Exception:
-            if not self._stopping.is_set():
-                log.exception("%s: delivery of %s failed; its alerts are read again after a restart",
+        except Exception as exc:
+            if self._stopping.is_set():
+                return  # its offsets stay open: read again after the restart
+            log.exception("%s: delivery of %s failed unexpectedly; parking it", self.stage, n.group_key)
+            try:
+                await self._park(n, f"unexpected {type(exc).__name__}", None)
+            except Exception:
+                log.exception("%s: could not park %s; its alerts are read again after a restart",
                               self.stage, n.group_key)
+                return
+            self.dispatcher.settle(n, time.time())
+            for token in n.tokens:
+                self.tracker.settle(token)
+            self._progress.set()
 
     async def _deliver_unguarded(self, n: Notification) -> None:
         lock = self._group_locks.setdefault(n.group_key, asyncio.Lock())

@@ -241,3 +241,14 @@ def test_a_group_in_flight_is_not_flushed_again_until_settled() -> None:
     d.add(alert("a1", status="resolved"), 501.0)
     [n2] = d.flush(560.0)
     assert n2.changed[0]["status"] == "resolved"
+
+
+def test_split_gives_one_notification_per_changed_alert_and_per_firing_alert_on_repeat() -> None:
+    d = Dispatcher(load_routing(SIMPLE), "r")
+    d.add(alert("a1", job="llm"), 0.0)
+    d.add(alert("a2", job="llm"), 0.0)
+    [n] = d.flush(10.0)
+    assert [u.changed[0]["dedup_key"] for u in n.split()] == ["a1", "a2"]
+    d.settle(n, 10.0)
+    [r] = d.flush(10.0 + 3600.0 + 60.0)
+    assert r.repeat and [(u.changed[0]["dedup_key"], u.repeat) for u in r.split()] == [("a1", True), ("a2", True)]
