@@ -176,6 +176,9 @@ class RateLimiter:
         self.next_free = max(self.next_free, until)
 
 
+_LIMITERS: dict[str, RateLimiter] = {}
+
+
 class SlackReceiver(HttpReceiver):
     kind = "slack"
 
@@ -183,7 +186,9 @@ class SlackReceiver(HttpReceiver):
         super().__init__(config, redactor)
         assert config.slack is not None
         self._url = webhook_url
-        self.limiter = RateLimiter(config.slack.rate_per_s)
+        # One pace per webhook, shared by receivers (and their reloaded successors) that post to it.
+        self.limiter = _LIMITERS.setdefault(webhook_url, RateLimiter(config.slack.rate_per_s))
+        self.limiter.interval = 1.0 / config.slack.rate_per_s
 
     async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
         from lockstep.delivery.errors import ReceiverUnavailable
