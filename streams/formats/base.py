@@ -34,6 +34,7 @@ HEADER_DEVICE = "device"        # HCA / netdev name for perfquery and ethtool ou
 HEADER_STREAM = "stream"        # producing stream (file, Kafka key): NCCL Inspector v4.3 context is per stream
 HEADER_CONTENT_TYPE = "content-type"
 
+_NO_LABELS: dict[str, str] = {}
 #: Formats without an explicit unit: a number is read in the first unit that lands in 2000..2100.
 _UNIT_DIVISORS: tuple[tuple[str, float], ...] = (("s", 1.0), ("ms", 1e3), ("us", 1e6), ("ns", 1e9))
 
@@ -63,6 +64,7 @@ class Converted:
 
     - ``samples``: native telemetry sample dicts (``ts, layer, source, metric, value, labels`` and,
       when the format says so, ``kind``; ``ingest_ts`` when the caller gave one), each already valid.
+      Samples of one message may share one ``labels`` dict: treat them as read-only.
     - ``inventory``: native inventory event dicts (``kind`` ``job``/``link``/``switch``/``pool``).
     - ``rejections``: one per record that could not be used, in input order.
     - ``unknown_metrics``: how many samples carry a metric name the catalogue does not know (they are
@@ -97,7 +99,7 @@ class Converted:
 class Context:
     """Per-message inputs and the output being built. Adapters use its helpers only."""
 
-    __slots__ = ("default_source", "format", "headers", "ingest_ts", "out", "state", "ts")
+    __slots__ = ("_checked_labels", "default_source", "format", "headers", "ingest_ts", "out", "state", "ts")
 
     def __init__(self, fmt: str, *, headers: Mapping[str, bytes | str] | None, default_source: str | None,
                  ts: float | None, ingest_ts: float | None, state: AdapterState) -> None:
@@ -108,6 +110,9 @@ class Context:
         self.ingest_ts = ingest_ts
         self.state = state
         self.out = Converted()
+        # Label dicts already validated in this message (adapters share one dict across the lines
+        # that repeat a label block), by id; the dict is kept so its id cannot be reused.
+        self._checked_labels: dict[int, dict[str, str]] = {}
 
     # -- inputs -----------------------------------------------------------------------------------
     def header(self, name: str) -> str | None:
@@ -152,8 +157,15 @@ class Context:
             rec["kind"] = kind
         if self.ingest_ts is not None:
             rec["ingest_ts"] = self.ingest_ts
+        checked = self._checked_labels.get(id(labels)) is labels
         try:
-            validate_record(rec)
+            if checked:  # the same rules, minus re-checking a label dict already checked
+                rec["labels"] = _NO_LABELS
+                validate_record(rec)
+                rec["labels"] = labels
+            else:
+                validate_record(rec)
+                self._checked_labels[id(labels)] = labels
         except ValueError as exc:
             self.reject(record, f"{metric}: {exc}")
             return False

@@ -139,6 +139,7 @@ def _metric(metric: Any, where: str, res_labels: dict[str, str], ctx: Context, e
         ctx.reject(where, "metric has no name")
         return
     name = metric["name"]
+    temporality: Any
     if "gauge" in metric:
         body, kind, temporality = metric["gauge"], "gauge", _TEMPORALITY_CUMULATIVE
     elif "sum" in metric:

@@ -31,7 +31,9 @@ from streams.formats.profiles import FORCED, Profile
 # A sample line without backslashes: name, optional label block, value, optional timestamp, exemplar.
 _SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*(?:\{((?:[^"}]|"[^"]*")*)\})?[ \t]+(\S+)'
                      r'(?:[ \t]+([^\s#]\S*))?[ \t]*(?:#.*)?$')
-_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"]*)"[ \t]*(?:,|$)')
+_ONE = r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"]*)"[ \t]*'
+_LABEL_PAIR = re.compile(_ONE)
+_LABELS_FULL = re.compile(rf"(?:{_ONE.replace('(', '(?:')},)*(?:{_ONE.replace('(', '(?:')})?[ \t]*")
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
@@ -123,8 +125,12 @@ def _quoted(text: str, i: int) -> tuple[str, int]:
     raise ParseError("unterminated quoted string")
 
 
-def parse_sample_line(line: str) -> tuple[str, dict[str, str], str, str | None]:
+def parse_sample_line(line: str, cache: dict[str, dict[str, str]] | None = None
+                      ) -> tuple[str, dict[str, str], str, str | None]:
     """``(name, labels, value text, timestamp text or None)`` of one sample line.
+
+    ``cache`` maps label-block text to its parsed labels within one scrape (exporters repeat the
+    same block on many lines); the returned dicts are shared and must not be mutated.
 
     >>> parse_sample_line('up{job="node",instance="a:9100"} 1 1764502930000')
     ('up', {'job': 'node', 'instance': 'a:9100'}, '1', '1764502930000')
@@ -135,22 +141,19 @@ def parse_sample_line(line: str) -> tuple[str, dict[str, str], str, str | None]:
         m = _SAMPLE.match(line)
         if m is not None:
             name, block, value, ts = m.groups()
-            labels: dict[str, str] = {}
-            ok = True
-            if block:
-                pos = 0
-                end = len(block.rstrip(" \t"))
-                while pos < end:
-                    lm = _LABEL.match(block, pos)
-                    if lm is None:
-                        ok = False  # the slow path below says precisely what is wrong
-                        break
-                    key = lm.group(1)
-                    if key in labels:
-                        raise ParseError(f"label {key!r} repeated")
-                    labels[key] = lm.group(2)
-                    pos = lm.end()
-            if ok:
+            if not block:
+                return name, {}, value, ts
+            labels = cache.get(block) if cache is not None else None
+            if labels is not None:
+                return name, labels, value, ts
+            if _LABELS_FULL.fullmatch(block) is not None:
+                pairs = _LABEL_PAIR.findall(block)
+                labels = dict(pairs)
+                if len(labels) != len(pairs):
+                    dup = next(k for i, (k, _) in enumerate(pairs) if any(k == p[0] for p in pairs[:i]))
+                    raise ParseError(f"label {dup!r} repeated")
+                if cache is not None:
+                    cache[block] = labels
                 return name, labels, value, ts
     # Slow path: escapes, quoted names, or something malformed (a precise reason comes out).
     brace = line.find("{")
@@ -212,6 +215,7 @@ def convert_exposition(raw: bytes, ctx: Context, forced: Profile | None = None) 
     divisor = 1.0 if openmetrics else 1e3
     types: dict[str, str] = {}
     kinds: dict[str, str | None] = {}
+    blocks: dict[str, dict[str, str]] = {}
     emitter = MetricEmitter(ctx, forced)
     scrape_ts: float | None = None
     scrape_ts_known = False
@@ -236,7 +240,7 @@ def convert_exposition(raw: bytes, ctx: Context, forced: Profile | None = None) 
             continue
         record = f"line {lineno}"
         try:
-            name, labels, value_text, ts_text = parse_sample_line(line)
+            name, labels, value_text, ts_text = parse_sample_line(line, blocks)
         except ParseError as exc:
             ctx.reject(record, f"not a sample line: {exc}")
             continue
@@ -268,7 +272,7 @@ def convert_exposition(raw: bytes, ctx: Context, forced: Profile | None = None) 
                                  "or ts header)")
                 return
             ts = scrape_ts
-        if labels:
+        if "" in labels.values():
             labels = {k: v for k, v in labels.items() if v != ""}
         emitter.emit(record, ts, name, labels, value, kind)
 

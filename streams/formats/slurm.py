@@ -136,16 +136,25 @@ def _licenses(value: Any) -> list[str]:
     return []
 
 
+def _mapping(value: Any, field: str) -> dict[str, Any]:
+    """An optional nested object (``array``, ``het``, ``time``): absent is empty, another type is bad."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Bad(f"{field} is {type(value).__name__}, not an object")
+    return value
+
+
 def _job_id(job: dict[str, Any]) -> str:
     raw = job.get("job_id")
     if isinstance(raw, bool) or not isinstance(raw, int | str) or raw == "":
         raise _Bad("job_id is missing")
-    array = job.get("array") if isinstance(job.get("array"), dict) else {}
+    array = _mapping(job.get("array"), "array")
     array_id = unwrap(job.get("array_job_id", array.get("job_id")), "array_job_id")
     task_id = unwrap(job.get("array_task_id", array.get("task_id")), "array_task_id")
     if array_id and task_id is not None:
         return f"{int(array_id)}_{int(task_id)}"
-    het = job.get("het") if isinstance(job.get("het"), dict) else {}
+    het = _mapping(job.get("het"), "het")
     het_id = unwrap(job.get("het_job_id", het.get("job_id")), "het_job_id")
     het_offset = unwrap(job.get("het_job_offset", het.get("job_offset")), "het_job_offset")
     if het_id and het_offset is not None:
@@ -154,7 +163,7 @@ def _job_id(job: dict[str, Any]) -> str:
 
 
 def _time(job: dict[str, Any], names: tuple[str, ...]) -> float | None:
-    times = job.get("time") if isinstance(job.get("time"), dict) else {}
+    times = _mapping(job.get("time"), "time")
     for name in names:
         for holder, key in ((job, f"{name}_time"), (times, name)):
             if key in holder:

@@ -164,9 +164,9 @@ def _compress(names: list[str]) -> list[str]:
         if m is not None:
             ops[m.group(2)].append(m.group(1))
             pool.discard(name)
-    for field, members in ops.items():
-        pool.add(f"jobstats_{{{','.join(sorted(members))}}}_{field}" if len(members) > 1 else
-                 f"jobstats_{members[0]}_{field}")
+    for field, op_names in ops.items():
+        pool.add(f"jobstats_{{{','.join(sorted(op_names))}}}_{field}" if len(op_names) > 1 else
+                 f"jobstats_{op_names[0]}_{field}")
     # Families that differ in one number.
     groups: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for name in pool:
