@@ -38,7 +38,8 @@ from lockstep.delivery.service import DeliveryService
 from lockstep.delivery.topics import DeliveryTopics
 from models.records import DeadLetter
 from models.settings import LockstepSettings
-from tests.delivery.servers import FakePagerDuty, FakeSlack, FakeWebhook, ocsf_problems
+
+from .servers import FakePagerDuty, FakeSlack, FakeWebhook, ocsf_problems
 
 pytestmark = pytest.mark.broker
 

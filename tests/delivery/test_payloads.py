@@ -22,7 +22,8 @@ from lockstep.delivery.pagerduty import pagerduty_dedup_key, pagerduty_event
 from lockstep.delivery.siem import cef_event, ocsf_finding, octet_frame, syslog_message
 from lockstep.delivery.slack import RateLimiter, slack_message
 from streams.routing import Notification
-from tests.delivery.servers import FakeAlertmanager, FakePagerDuty, FakeSlack, FakeWebhook, ocsf_problems
+
+from .servers import FakeAlertmanager, FakePagerDuty, FakeSlack, FakeWebhook, ocsf_problems
 
 KEY = "0123456789abcdef0123456789abcdef"
 

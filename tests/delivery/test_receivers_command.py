@@ -11,7 +11,8 @@ import pytest
 from lockstep.cli import main
 from lockstep.commands.receivers import _test
 from models.settings import LockstepSettings
-from tests.delivery.servers import FakePagerDuty, FakeSlack, FakeWebhook
+
+from .servers import FakePagerDuty, FakeSlack, FakeWebhook
 
 PD_KEY = "b1b2c3d4e5f60718293a4b5c6d7e8f90"
 

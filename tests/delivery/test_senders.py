@@ -21,7 +21,8 @@ from lockstep.delivery.slack import _LIMITERS, SlackReceiver
 from models.errors import ConfigError, DeliveryError
 from models.settings import LockstepSettings
 from streams.routing import Notification, ReceiverConfig, load_routing
-from tests.delivery.servers import FakeAlertmanager, FakePagerDuty, FakeSlack, FakeWebhook
+
+from .servers import FakeAlertmanager, FakePagerDuty, FakeSlack, FakeWebhook
 
 KEY = "0123456789abcdef0123456789abcdef"
 TOKEN = "hook-token-5f2e9a"
