@@ -223,6 +223,8 @@ def convert_exposition(raw: bytes, ctx: Context, forced: Profile | None = None) 
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line or line.isspace():
             continue
+        if line[0] in " \t":  # blanks before the first token are allowed
+            line = line.lstrip(" \t")
         if saw_eof:
             ctx.reject(f"line {lineno}", "text after # EOF")
             break

@@ -128,5 +128,7 @@ def convert(format_name: str, raw: bytes, *, headers: Mapping[str, bytes | str] 
     adapter.fn(raw, ctx)
     if adapter.produces == "samples" and ctx.out.samples:
         derive(ctx)
-        ctx.state.advance(max(s["ts"] for s in ctx.out.samples))
+    times = [s["ts"] for s in ctx.out.samples] + [e["ts"] for e in ctx.out.inventory]
+    if times:
+        ctx.state.advance(max(times))
     return ctx.finish()

@@ -55,7 +55,10 @@ class AdapterState:
                 del table[k]
         for k in [k for k, v in self.nccl.items() if v.get("ts", ts) < horizon]:
             del self.nccl[k]
-        for k in [k for k, v in self.pods.items() if v.get("gone") and v.get("ts", ts) < horizon]:
+        # Pods that were deleted or ended; a running pod stays however quiet it is (watches do not
+        # repeat unchanged pods), so this table is bounded by the pods alive.
+        for k in [k for k, v in self.pods.items()
+                  if (v.get("gone") or v.get("phase") in ("Succeeded", "Failed")) and v.get("ts", ts) < horizon]:
             del self.pods[k]
 
     def snapshot(self) -> dict[str, Any]:

@@ -166,3 +166,14 @@ def test_the_published_crux_topology_converts_whole():
     # Every leaf answers "which hosts hang off me", and every host sits under exactly one leaf.
     leaves = [e["switch"] for e in out.inventory if e["kind"] == "switch" and e["tier"] == "leaf"]
     assert sum(len(index.nodes_behind_switch(leaf)) for leaf in leaves) == len(links)
+
+
+def test_deleted_and_finished_pods_are_evicted_from_the_state_after_the_idle_horizon():
+    state = AdapterState(max_idle_s=600)
+    run("k8s-pods", "k8s_pods.jsonl", ts=None, state=state)
+    assert "55bb" in state.pods  # the deleted notebook is kept a while (its job event said CANCELLED)
+    later = orjson.dumps({"type": "ADDED", "object": {
+        "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "later", "labels": {"job-name": "j"}},
+        "spec": {"nodeName": "n9"}, "status": {"phase": "Running", "startTime": "2025-11-30T13:00:00Z"}}})
+    run("k8s-pods", later, state=state)
+    assert "55bb" not in state.pods and "7f1c-0" in state.pods  # running pods stay, however quiet

@@ -186,3 +186,8 @@ def test_nccl_inspector_prometheus_node_is_the_source_and_slurm_job_id_the_job()
 def test_convert_entry_point_rejects_unknown_formats_loudly():
     with pytest.raises(KeyError, match="unknown format"):
         convert("not-a-format", b"")
+
+
+def test_blanks_before_a_sample_and_windows_line_ends_are_accepted():
+    out = run("prometheus", b'  \tup{host="h"} 1\r\n# TYPE x gauge\r\nx{host="h"} 2\r\n')
+    assert [(s["metric"], s["value"]) for s in out.samples] == [("up", 1.0), ("x", 2.0)] and out.rejections == []
