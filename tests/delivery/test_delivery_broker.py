@@ -155,6 +155,7 @@ def test_end_to_end_replay_and_reload(broker: EmbeddedBroker, tmp_path: Path) ->
         producer = await start_producer(settings, broker.bootstrap)
         service = DeliveryService(settings, broker.bootstrap, hostname="test-host")
         try:
+            await producer.send_and_wait(cat.alerts, b"{not an alert", key=b"llm-70b")   # bad input is data
             await produce(producer, cat.alerts, alert("k1"), alert("k2", severity="warning"))
             await service.start()
             await until(lambda: len(pd.incidents) == 1 and len(slack.accepted) == 2, what="first deliveries")
@@ -162,6 +163,10 @@ def test_end_to_end_replay_and_reload(broker: EmbeddedBroker, tmp_path: Path) ->
             await until(lambda: pd.incidents[0].resolved and len(slack.accepted) == 4, what="resolves")
             assert pd.violations == [] and slack.violations == []
             assert len(pd.incidents) == 1                                    # k2 is a warning: Slack only
+            dead = [DeadLetter.model_validate(orjson.loads(m.value)) for m in await read_topic(settings, cat.dlq)]
+            assert sorted(d.stage for d in dead) == ["deliver.by-domain", "deliver.pd", "deliver.siem", "deliver.slack"]
+            assert {(d.error, d.offset, base64.b64decode(d.original)) for d in dead} == {
+                ("ValidationFailed", 0, b"{not an alert")}
 
             ocsf = [orjson.loads(m.value) for m in await read_topic(settings, settings.topic_prefix + "alerts.ocsf")]
             assert [(f["finding_info"]["uid"], f["activity_id"], f["status_id"]) for f in ocsf] == [
