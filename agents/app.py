@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -32,9 +33,10 @@ from agents.kafka import faust_credentials
 from agents.metrics import WorkerMetrics
 from agents.topics import CORRELATOR_STATE_TABLE, DETECTOR_STATE_TABLE, MAX_RECORD_BYTES, TopicCatalogue
 from models.settings import LockstepSettings
-from streams.correlate import Correlator, CorrelatorConfig
+from streams.correlate import CorrelatorConfig
 from streams.detect import DetectorConfig
 from streams.inventory import InventoryIndex
+from streams.jobs import JobPartition
 from streams.pipeline import Origin, PartitionPipeline
 
 log = logging.getLogger("lockstep.agents")
@@ -74,7 +76,8 @@ class WorkerState:
 
     inventory: InventoryIndex
     pipelines: dict[str, PartitionPipeline] = field(default_factory=dict)
-    correlators: dict[int, Correlator] = field(default_factory=dict)
+    correlators: dict[int, JobPartition] = field(default_factory=dict)
+    last_correlator_snapshot: dict[int, float] = field(default_factory=dict)
     published_wm: dict[str, float] = field(default_factory=dict)
     eos: set[str] = field(default_factory=set)
     wm_dirty: bool = False
@@ -139,6 +142,10 @@ def build_app(
     alerts_topic = app.topic(cat.alerts, key_serializer="raw", value_serializer="raw",
                              partitions=settings.alerts_partitions)
     dlq_topic = app.topic(cat.dlq, key_serializer="raw", value_serializer="raw", partitions=1)
+    stats_topic = app.topic(cat.stats, key_serializer="raw", value_serializer="raw",
+                            partitions=settings.alerts_partitions)
+    timelines_topic = app.topic(cat.timelines, key_serializer="raw", value_serializer="raw",
+                                partitions=settings.partitions)
     raw_schema: Any = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     detector_table = app.Table(DETECTOR_STATE_TABLE, default=None, partitions=settings.partitions,
                                schema=raw_schema)
@@ -207,6 +214,8 @@ def build_app(
         for rec in out.anomalies:
             metrics.anomalies.labels(rec["layer"], rec["phase"]).inc()
             await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec))
+        for rec in out.points_records(origin.name):
+            await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec))
         # Publish progress only after the anomalies it covers were handed to the producer.
         if out.max_ts is not None and pipe.watermark is not None:
             state.published_wm[origin.name] = pipe.watermark
@@ -235,20 +244,27 @@ def build_app(
         if state.wm_dirty:
             await broadcast_watermarks()
 
-    def correlator_for(partition: int) -> Correlator:
+    def correlator_for(partition: int) -> JobPartition:
         corr = state.correlators.get(partition)
         if corr is None:
-            corr = Correlator(ccfg, inventory, expected_origins)
+            corr = JobPartition(ccfg, inventory, expected_origins)
             blob = correlator_table.get(str(partition).encode())
             if blob:
                 try:
-                    corr.restore(orjson.loads(blob), time.monotonic())
+                    corr.restore(blob, time.monotonic())
                     metrics.restores.labels(CORRELATOR_STATE_TABLE).inc()
                 except Exception:
                     log.exception("correlator snapshot of partition %d unusable; starting empty", partition)
-                    corr = Correlator(ccfg, inventory, expected_origins)
+                    corr = JobPartition(ccfg, inventory, expected_origins)
             state.correlators[partition] = corr
         return corr
+
+    async def emit_results(res: Any) -> None:
+        await emit_alerts(res.alerts)
+        for rec in res.timelines:
+            await send(timelines_topic, rec["job_id"].encode(), orjson.dumps(rec))
+        for rec in res.stats:
+            await send(stats_topic, rec["job_id"].encode(), orjson.dumps(rec))
 
     async def emit_alerts(alerts: list[dict[str, Any]]) -> None:
         for alert in alerts:
@@ -275,18 +291,22 @@ def build_app(
         if not isinstance(rec, dict):
             await dead_letter(_dl("correlate", "record is not an object", event))
             return
-        before = len(corr.jobs), corr.watermark
         try:
-            out = corr.on_record(rec, time.monotonic())
+            out = corr.on_record(rec, time.monotonic(), event.message.offset)
         except (KeyError, TypeError, ValueError) as exc:
-            await dead_letter(_dl("correlate", f"malformed anomaly record: {exc!r}", event))
+            await dead_letter(_dl("correlate", f"malformed record: {exc!r}", event))
             return
         if out.late:
             metrics.late.inc(len(out.late))
-        await emit_alerts(out.alerts)
-        metrics.watermark.labels(str(partition)).set(corr.watermark if corr.watermark > -1e300 else 0)
-        if out.alerts or rec.get("type") == "anomaly" or (len(corr.jobs), corr.watermark) != before:
-            correlator_table[str(partition).encode()] = orjson.dumps(corr.snapshot())
+        await emit_results(out)
+        wm = corr.watermark
+        if math.isfinite(wm):
+            metrics.watermark.labels(str(partition)).set(wm)
+        last = state.last_correlator_snapshot.get(partition, -math.inf)
+        if out.changed or out.finished or (math.isfinite(wm) and wm - last >= settings.snapshot_interval_s):
+            correlator_table[str(partition).encode()] = corr.snapshot()
+            state.last_correlator_snapshot[partition] = wm if math.isfinite(wm) else last
+            metrics.snapshots.labels(CORRELATOR_STATE_TABLE).inc()
         if out.finished:
             state.finished_partitions.add(partition)
             if on_finished is not None:
@@ -295,7 +315,7 @@ def build_app(
     @app.timer(1.0, name="tick_correlators")  # type: ignore[untyped-decorator]
     async def tick_correlators() -> None:
         for corr in list(state.correlators.values()):
-            await emit_alerts(corr.tick(time.monotonic()).alerts)
+            await emit_results(corr.tick(time.monotonic()))
 
     async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())

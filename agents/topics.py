@@ -78,6 +78,10 @@ class TopicCatalogue:
     def stats(self) -> str:
         return self._n("stats")
 
+    @property
+    def timelines(self) -> str:
+        return self._n("timelines")
+
     def changelog(self, table: str) -> str:
         return f"{self.settings.app_id}-{table}-changelog"
 
@@ -101,6 +105,8 @@ class TopicCatalogue:
                       s.alerts_retention_ms),
             TopicSpec(self.stats, s.alerts_partitions, "job_id", "per-job percentile summaries for capacity teams",
                       s.alerts_retention_ms),
+            TopicSpec(self.timelines, p, "job_id", "per-job, per-second lane aggregates (the timeline page)",
+                      s.telemetry_retention_ms),
             TopicSpec(self.dlq, 1, "original key", "dead letters: reason, original bytes, where they came from",
                       7 * 24 * 3600 * 1000, config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
             TopicSpec(self.changelog(DETECTOR_STATE_TABLE), p, "topic:partition",

@@ -16,9 +16,10 @@ from typing import Any
 import orjson
 
 from models.inventory import inventory_adapter
-from streams.correlate import Correlator, CorrelatorConfig
+from streams.correlate import CorrelatorConfig
 from streams.detect import DetectorConfig
 from streams.inventory import InventoryIndex
+from streams.jobs import JobPartition, PartitionResult
 from streams.pipeline import Origin, PartitionPipeline, PipelineOutput
 
 
@@ -26,6 +27,8 @@ from streams.pipeline import Origin, PartitionPipeline, PipelineOutput
 class LocalResult:
     alerts: list[dict[str, Any]] = field(default_factory=list)
     anomalies: list[dict[str, Any]] = field(default_factory=list)
+    timelines: list[dict[str, Any]] = field(default_factory=list)
+    stats: list[dict[str, Any]] = field(default_factory=list)
     dead_letters: int = 0
     samples: int = 0
 
@@ -37,7 +40,7 @@ class LocalRunner:
         self.inventory = InventoryIndex()
         self.detector = detector or DetectorConfig()
         self.pipelines: dict[str, PartitionPipeline] = {}
-        self.correlators = [Correlator(correlator or CorrelatorConfig(), self.inventory)
+        self.correlators = [JobPartition(correlator or CorrelatorConfig(), self.inventory)
                             for _ in range(partitions)]
         self.result = LocalResult()
         self._second: float | None = None
@@ -65,20 +68,26 @@ class LocalRunner:
         self.result.dead_letters += len(out.dead_letters)
         for rec in out.anomalies:
             self.result.anomalies.append(rec)
-            self.result.alerts += self.correlators[self._partition(rec["job_id"])].on_record(rec, 0.0).alerts
+            self._collect(self.correlators[self._partition(rec["job_id"])].on_record(rec, 0.0))
+        for rec in out.points_records(origin):
+            self._collect(self.correlators[self._partition(rec["job_id"])].on_record(rec, 0.0))
         return out
+
+    def _collect(self, res: PartitionResult) -> None:
+        self.result.alerts += res.alerts
+        self.result.timelines += res.timelines
+        self.result.stats += res.stats
 
     def _advance(self) -> None:
         wm = {o: p.watermark for o, p in self.pipelines.items() if p.watermark is not None}
         for corr in self.correlators:
-            self.result.alerts += corr.on_record({"type": "watermark", "origins": wm}, 0.0).alerts
+            self._collect(corr.on_record({"type": "watermark", "origins": wm}, 0.0))
 
     def finish(self) -> LocalResult:
         """End of input: every open window closes."""
         self._advance()
         for corr in self.correlators:
-            self.result.alerts += corr.on_record(
-                {"type": "watermark", "origins": {}, "eos": sorted(self.pipelines)}, 0.0).alerts
+            self._collect(corr.on_record({"type": "watermark", "origins": {}, "eos": sorted(self.pipelines)}, 0.0))
         return self.result
 
     def run_messages(self, messages: Iterable[Any]) -> LocalResult:

@@ -64,6 +64,7 @@ class InventoryIndex:
     tiers: dict[str, str] = field(default_factory=dict)
     pool_switches: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     node_jobs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    node_leaves: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     version: int = 0
 
     # -- updates --------------------------------------------------------------------------------
@@ -77,10 +78,12 @@ class InventoryIndex:
             old = self.links.get(key)
             if old is not None:
                 self.by_switch_port[(old.switch, old.switch_port)].discard(key)
+                self.node_leaves[old.node].discard(old.switch)
             link = Link(event.node, event.device, event.port, event.switch, event.switch_port, event.fabric.value)
             self.links[key] = link
             self.by_switch_port[(link.switch, link.switch_port)].add(key)
             self.by_switch[link.switch].add(link.node)
+            self.node_leaves[link.node].add(link.switch)
             self.tiers.setdefault(link.switch, "leaf")
         elif isinstance(event, SwitchEvent):
             self.tiers[event.switch] = event.tier
@@ -139,7 +142,8 @@ class InventoryIndex:
                 return info
         return None
 
-    def jobs_on_node(self, node: str, t: float) -> list[str]:
+    def jobs_on_node(self, node: str, t: float | None) -> list[str]:
+        """Jobs holding ``node`` at ``t`` (``None``: at any time still in the index)."""
         return sorted(j for j in self.node_jobs.get(node, ()) if (info := self.job(j, t)) and node in info.nodes)
 
     def nodes_behind_port(self, switch: str, port: str) -> list[str]:
@@ -157,10 +161,18 @@ class InventoryIndex:
         return sorted(nodes)
 
     def leaves_of(self, nodes: list[str]) -> set[str]:
-        return {link.switch for link in self.links.values() if link.node in set(nodes)}
+        """The leaf switches the nodes are cabled to."""
+        out: set[str] = set()
+        for node in nodes:
+            out |= self.node_leaves.get(node, set())
+        return out
 
-    def affected_jobs(self, layer: str, source: str, labels: dict[str, str], t: float) -> list[Affected]:
-        """The jobs a series of ``layer``/``source``/``labels`` can affect at time ``t``."""
+    def affected_jobs(self, layer: str, source: str, labels: dict[str, str], t: float | None) -> list[Affected]:
+        """The jobs a series of ``layer``/``source``/``labels`` can affect at time ``t``.
+
+        With ``t=None`` the answer covers every job still in the index (callers cache it per series
+        and check each job's activity at the sample's time with :meth:`job`).
+        """
         if layer == "step":
             job_id = labels.get("job_id")
             return [Affected(job_id, "job")] if job_id else []
@@ -188,13 +200,13 @@ class InventoryIndex:
             return [Affected(j.job_id, "pool") for j in self.active_jobs(t) if source in j.storage]
         return []
 
-    def _jobs_of_nodes(self, nodes: list[str], t: float, relation: str) -> list[Affected]:
+    def _jobs_of_nodes(self, nodes: list[str], t: float | None, relation: str) -> list[Affected]:
         jobs: set[str] = set()
         for node in nodes:
             jobs.update(self.jobs_on_node(node, t))
         return [Affected(j, relation) for j in sorted(jobs)]
 
-    def active_jobs(self, t: float) -> list[JobInfo]:
+    def active_jobs(self, t: float | None) -> list[JobInfo]:
         out = []
         for job_id in sorted(self.jobs):
             info = self.job(job_id, t)

@@ -19,7 +19,8 @@ import numpy as np
 from streams.catalogue import Mode
 from streams.detect import DetectorBank, DetectorConfig
 from streams.ingest import Sample, decode_batch
-from streams.inventory import InventoryIndex
+from streams.inventory import Affected, InventoryIndex
+from streams.lanes import lane_of
 from streams.rates import CounterRates
 from streams.series import SeriesRegistry, occurrence_rounds
 from streams.snapshot import pack, unpack
@@ -80,6 +81,13 @@ class PipelineOutput:
     max_ts: float | None = None
     control: str | None = None
     by_layer: dict[str, int] = field(default_factory=dict)
+    #: job -> lane -> [[ts, value], ...]: the job's own signals, forwarded to its correlation partition.
+    points: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
+
+    def points_records(self, origin: str) -> list[dict[str, Any]]:
+        """One ``points`` record per job (see :mod:`streams.lanes`)."""
+        return [{"type": "points", "job_id": job, "lanes": lanes, "origin": origin}
+                for job, lanes in sorted(self.points.items())]
 
 
 class PartitionPipeline:
@@ -94,6 +102,24 @@ class PartitionPipeline:
         self.detector = DetectorBank(config)
         self.watermark: float | None = None
         self.last_offset: int | None = None
+        self._lanes: list[str | None] = []
+        self._jobs_cache: dict[int, tuple[int, list[Affected]]] = {}
+
+    def _lane(self, sid: int) -> str | None:
+        while len(self._lanes) <= sid:
+            meta = self.registry.meta[len(self._lanes)]
+            self._lanes.append(lane_of(meta.layer, meta.info.meaning.value))
+        return self._lanes[sid]
+
+    def _candidate_jobs(self, sid: int) -> list[Affected]:
+        """Jobs this series can affect at any time, cached until the inventory changes."""
+        cached = self._jobs_cache.get(sid)
+        if cached is not None and cached[0] == self.inventory.version:
+            return cached[1]
+        meta = self.registry.meta[sid]
+        jobs = self.inventory.affected_jobs(meta.layer, meta.source, meta.labels, None)
+        self._jobs_cache[sid] = (self.inventory.version, jobs)
+        return jobs
 
     def process(self, raw: bytes, origin: Origin) -> PipelineOutput:
         """Run one message through every stage. Never raises on bad input."""
@@ -178,6 +204,7 @@ class PartitionPipeline:
         use = np.flatnonzero(usable)
         if use.size == 0:
             return
+        self._forward_points(ids[use], ts[use], x[use], out)
         tr = self.detector.update(ids[use], ts[use], x[use])
         for k in range(tr.pos.size):
             i = int(use[tr.pos[k]])
@@ -204,6 +231,19 @@ class PartitionPipeline:
                     "p99": _opt(tr.p99[k]), "score": _f(tr.score[k]), "relation": a.relation,
                     "origin": self.origin,
                 })
+
+    def _forward_points(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, out: PipelineOutput) -> None:
+        inventory = self.inventory
+        for k in range(ids.size):
+            sid = int(ids[k])
+            lane = self._lane(sid)
+            if lane is None:
+                continue
+            t = float(ts[k])
+            for a in self._candidate_jobs(sid):
+                if inventory.job(a.job_id, t) is None:
+                    continue
+                out.points.setdefault(a.job_id, {}).setdefault(lane, []).append([t, float(x[k])])
 
     # -- state ----------------------------------------------------------------------------------
     def snapshot(self) -> bytes:

@@ -91,6 +91,18 @@ class JobStatsSummariser:
         sid = self._sid(job_id, metric)
         self.sketch.add_many(np.full(int(ok.sum()), sid), t[ok], v[ok])
 
+    def add_batch(self, keys: list[tuple[str, str]], ts: list[np.ndarray], values: list[np.ndarray]) -> None:
+        """Add several (job, metric) series' samples in one sketch update (one numpy pass)."""
+        if not keys:
+            return
+        sids = np.concatenate([np.full(len(t), self._sid(job, metric), dtype=np.int64)
+                               for (job, metric), t in zip(keys, ts, strict=True)])
+        t_all = np.concatenate(ts).astype(np.float64)
+        v_all = np.concatenate(values).astype(np.float64)
+        ok = np.isfinite(t_all) & np.isfinite(v_all)
+        if ok.any():
+            self.sketch.add_many(sids[ok], t_all[ok], v_all[ok])
+
     def advance(self, watermark: float) -> list[dict[str, Any]]:
         """Records for every cadence boundary in ``(last emitted, watermark]``."""
         cfg = self.config
