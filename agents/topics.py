@@ -82,6 +82,14 @@ class TopicCatalogue:
     def timelines(self) -> str:
         return self._n("timelines")
 
+    @property
+    def annotations(self) -> str:
+        return self._n("annotations")
+
+    @property
+    def silences(self) -> str:
+        return self._n("silences")
+
     def changelog(self, table: str) -> str:
         return f"{self.settings.app_id}-{table}-changelog"
 
@@ -107,6 +115,10 @@ class TopicCatalogue:
                       s.alerts_retention_ms),
             TopicSpec(self.timelines, p, "job_id", "per-job, per-second lane aggregates (the timeline page)",
                       s.telemetry_retention_ms),
+            TopicSpec(self.annotations, 1, "job_id", "operator annotations (a fix, a change) for before/after "
+                      "comparisons (docs/api.md)", s.alerts_retention_ms),
+            TopicSpec(self.silences, 1, "silence_id", "alert silences (docs/api.md; latest per id is current)",
+                      compact=True),
             TopicSpec(self.dlq, 1, "original key", "dead letters: reason, original bytes, where they came from",
                       7 * 24 * 3600 * 1000, config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
             TopicSpec(self.changelog(DETECTOR_STATE_TABLE), p, "topic:partition",
