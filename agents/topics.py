@@ -23,6 +23,32 @@ MAX_RECORD_BYTES = 8 * 1024 * 1024
 DETECTOR_STATE_TABLE = "detector_state"
 CORRELATOR_STATE_TABLE = "correlator_state"
 
+# -- carriers (issue 3): real formats on input topics of their own; agents/carriers.py converts them --
+#: Tables of the ``convert`` agents (AdapterState per carrier partition).
+CARRIER_STATE_TABLE = "carrier_state"
+INVENTORY_CARRIER_STATE_TABLE = "inventory_carrier_state"
+#: Exporter names in ``streams.formats.FORMATS`` that are Prometheus scrapes: they ride the
+#: ``prometheus`` carrier (the adapter picks their profile from the metric names), no topic of their own.
+CARRIED_AS = {"dcgm-exporter": "prometheus", "node-exporter": "prometheus", "nccl-prometheus": "prometheus"}
+
+
+@dataclass(frozen=True, slots=True)
+class CarrierTopic:
+    """One carrier input topic: the real format its messages are in, and what they become."""
+
+    format: str
+    topic: str
+    partitions: int
+    produces: str  # "samples" (-> telemetry.<layer>) or "inventory" (-> inventory)
+
+
+def carrier_formats() -> dict[str, str]:
+    """Every format with a carrier topic of its own -> what it produces (``samples`` or ``inventory``)."""
+    from streams.formats import FORMATS
+
+    return {name: a.produces for name, a in FORMATS.items() if name not in CARRIED_AS}
+# -- end carriers --
+
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
@@ -97,6 +123,18 @@ class TopicCatalogue:
         """Every input partition (``topic:partition``) whose progress drives the watermarks."""
         return {f"{t}:{p}" for t in self.telemetry_topics for p in range(self.settings.partitions)}
 
+    def carrier_topics(self) -> list[CarrierTopic]:
+        """Input topics of the real formats (issue 3; agents/carriers.py, docs/contracts.md).
+
+        ``telemetry.raw.<format>`` has the telemetry partition count (key: the source, so one source
+        keeps its order and its derived-ratio state on one partition); ``inventory.raw.<format>`` has
+        one partition (scheduler dumps and pod events are read in order, and a job's pods meet in one
+        state).
+        """
+        return [CarrierTopic(name, self._n(f"telemetry.raw.{name}"), self.settings.partitions, produces)
+                if produces == "samples" else CarrierTopic(name, self._n(f"inventory.raw.{name}"), 1, produces)
+                for name, produces in carrier_formats().items()]
+
     def specs(self) -> list[TopicSpec]:
         s = self.settings
         p = s.partitions
@@ -126,6 +164,19 @@ class TopicCatalogue:
                       config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
             TopicSpec(self.changelog(CORRELATOR_STATE_TABLE), p, "partition",
                       "snapshots of per-partition correlation state", compact=True,
+                      config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
+        ]
+        # carriers (issue 3): real-format input topics and the convert agents' state
+        specs += [TopicSpec(c.topic, c.partitions, "source" if c.produces == "samples" else "any",
+                            f"{c.format} messages as exporters ship them (converted by the convert agents)",
+                            s.telemetry_retention_ms, config={"max.message.bytes": str(MAX_RECORD_BYTES)})
+                  for c in self.carrier_topics()]
+        specs += [
+            TopicSpec(self.changelog(CARRIER_STATE_TABLE), p, "topic:partition",
+                      "snapshots of per-partition real-format adapter state", compact=True,
+                      config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
+            TopicSpec(self.changelog(INVENTORY_CARRIER_STATE_TABLE), 1, "topic:partition",
+                      "snapshots of the inventory carriers' adapter state", compact=True,
                       config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
         ]
         return specs
