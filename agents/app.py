@@ -29,6 +29,7 @@ import faust
 import orjson
 
 from agents import transport
+from agents.carriers import attach_carriers
 from agents.kafka import faust_credentials
 from agents.metrics import WorkerMetrics
 from agents.topics import CORRELATOR_STATE_TABLE, DETECTOR_STATE_TABLE, MAX_RECORD_BYTES, TopicCatalogue
@@ -326,6 +327,7 @@ def build_app(
             if tp.topic == cat.anomalies:
                 state.correlators.pop(tp.partition, None)
 
+    attach_carriers(app, settings, cat, send, dead_letter, metrics, to_kafka=emit is None)  # issue 3: real formats
     app.on_partitions_revoked.connect(on_revoked)
     app.lockstep_state = state
     app.lockstep_metrics = metrics
