@@ -74,9 +74,12 @@ class ClusterSpec:
 class Fault:
     """A change to one signal during ``[start, end)`` seconds after the scenario start.
 
-    ``target`` selects what changes: ``switch_port`` (switch, port), ``nic`` (node), ``nccl``,
-    ``gpu_util``, ``step``, ``loader``, ``cpu`` (nodes of ``job`` or ``node``), ``storage`` (pool),
-    ``xid`` (node, gpu), ``write_burst`` (job), ``clock`` (node, offset seconds).
+    ``target`` selects what changes: ``switch_port`` (switch, port: ``rate`` errors/s), ``nic``
+    (node: ``rate`` errors/s), ``nccl``, ``gpu_util``, ``step``, ``loader``, ``cpu`` (``factor`` on
+    the nodes of ``job``, or on ``node``; ``gpu`` narrows ``gpu_util`` to one GPU), ``storage``
+    (``pool``: read/write latency ``factor``), ``xid`` (``node``, ``gpu``: XID code ``rate``),
+    ``write_burst`` (``job`` writes ``factor`` x its usual rate to ``pool``: a checkpoint),
+    ``clock`` (``node``'s clock is ``offset`` seconds off for the whole scenario).
     """
 
     target: str
@@ -91,6 +94,7 @@ class Fault:
     pool: str | None = None
     gpu: int | None = None
     metric: str | None = None
+    offset: float = 0.0
 
     def active(self, rel: float) -> bool:
         return self.start <= rel < self.end
@@ -118,6 +122,24 @@ def _seed_faults(fault_at: float, length: float = 60.0, job: str = "llm-70b") ->
 
 FAULT_AT = SEED_FAULT_TS - DEFAULT_START_TS  # 70 s of healthy warm-up first
 
+#: A 16-node lab cluster for the other scenarios (smaller, so their replays stay quick):
+#: leaf01 = gpu001-008, leaf02 = gpu009-016 (RoCE from gpu013); pools lustre-a and nfs-home.
+LAB_JOBS = (
+    JobSpec("train-a", "gpu[001-008]", ("lustre-a",), 1.0, name="train-a"),
+    JobSpec("train-b", "gpu[009-012]", ("lustre-a",), 0.8, name="train-b"),
+    JobSpec("roce-c", "gpu[013-016]", ("nfs-home",), 0.5, name="roce-c"),
+)
+LAB = ClusterSpec(nodes=16, roce_from=13, jobs=LAB_JOBS)
+LAB_CHURN = ClusterSpec(nodes=16, roce_from=13, jobs=(
+    JobSpec("train-a", "gpu[001-008]", ("lustre-a",), 1.0),
+    JobSpec("train-b", "gpu[009-012]", ("lustre-a",), 0.8, start_offset=60.0, end_offset=150.0),
+    JobSpec("roce-c", "gpu[013-016]", ("nfs-home",), 0.5, end_offset=100.0),
+    JobSpec("eval-d", "gpu[013-016]", ("nfs-home",), 0.7, start_offset=120.0),
+))
+F = 45.0  # the lab scenarios' fault time (45 s of warm-up)
+F_END = F + 40.0
+LAB_DURATION = F_END + 50.0
+
 SCENARIOS: dict[str, Scenario] = {
     "seed-incident": Scenario(
         "seed-incident",
@@ -127,8 +149,73 @@ SCENARIOS: dict[str, Scenario] = {
         faults=_seed_faults(FAULT_AT),
         expect="one job_slowdown for llm-70b: network, leaf03 port 17, switch -> nccl -> gpu -> step",
     ),
-    "healthy": Scenario("healthy", "a healthy cluster; no alert", duration=240.0,
-                        expect="no alert"),
+    "clock-skew": Scenario(
+        "clock-skew",
+        "the seed incident, with gpu005's clock 6 s behind (its samples claim to be 6 s older)",
+        duration=FAULT_AT + 110.0,
+        faults=(*_seed_faults(FAULT_AT), Fault("clock", 0.0, math.inf, offset=-6.0, node="gpu005")),
+        expect="the seed alert (still leaf03 port 17) and a clock_skew alert for gpu005, about -6 s",
+    ),
+    "roce-retransmits": Scenario(
+        "roce-retransmits",
+        "gpu014's RoCE NIC starts retransmitting (out-of-sequence, sequence errors, ACK timeouts); roce-c's "
+        "collectives slow 2 s later, its GPUs idle at 4 s, its step time rises at 6 s",
+        duration=LAB_DURATION, cluster=LAB,
+        faults=(Fault("nic", F, F_END, rate=200.0, node="gpu014"),
+                Fault("nccl", F + 2, F_END + 1, factor=2.2, job="roce-c"),
+                Fault("gpu_util", F + 4, F_END + 2, factor=0.5, job="roce-c"),
+                Fault("step", F + 6, F_END + 3, factor=1.8, job="roce-c")),
+        expect="job_slowdown for roce-c: network, nic gpu014 device mlx5_0",
+    ),
+    "storage-latency": Scenario(
+        "storage-latency",
+        "lustre-a's latency jumps 8x while train-a streams its dataset: train-a's loaders wait 2 s later, "
+        "its GPUs idle and its step time rises at 3 s; train-b (same pool, cached data) is unaffected",
+        duration=LAB_DURATION, cluster=LAB,
+        faults=(Fault("storage", F, F_END, factor=8.0, pool="lustre-a"),
+                Fault("loader", F + 2, F_END + 1, factor=40.0, job="train-a"),
+                Fault("gpu_util", F + 3, F_END + 2, factor=0.55, job="train-a"),
+                Fault("step", F + 3, F_END + 2, factor=1.7, job="train-a")),
+        expect="job_slowdown for train-a: storage, pool lustre-a (train-b listed in other_jobs)",
+    ),
+    "checkpoint-contention": Scenario(
+        "checkpoint-contention",
+        "train-a and train-b checkpoint to lustre-a at overlapping times (5 s apart, 30 s each); the pool's "
+        "write latency climbs while both write",
+        duration=LAB_DURATION, cluster=LAB,
+        faults=(Fault("write_burst", F, F + 30, factor=40.0, job="train-a", pool="lustre-a"),
+                Fault("write_burst", F + 5, F + 35, factor=40.0, job="train-b", pool="lustre-a")),
+        expect="one checkpoint_contention alert: lustre-a, train-a and train-b, 25 s overlap, stagger advice",
+    ),
+    "dataloader": Scenario(
+        "dataloader",
+        "gpu003's data loader saturates (its CPUs at ~100%, data wait 50x) with network and storage healthy; "
+        "every rank of train-a waits for it 1 s later",
+        duration=LAB_DURATION, cluster=LAB,
+        faults=(Fault("loader", F, F_END, factor=50.0, node="gpu003"),
+                Fault("cpu", F, F_END, factor=2.7, node="gpu003"),
+                Fault("nccl", F + 1, F_END + 1, factor=1.4, job="train-a"),
+                Fault("step", F + 1, F_END + 1, factor=1.5, job="train-a")),
+        expect="job_slowdown for train-a: dataloader, node gpu003",
+    ),
+    "xid": Scenario(
+        "xid",
+        "GPU 3 of gpu005 reports XID 79 (fallen off the bus) and stalls; train-a's collectives slow 2 s "
+        "later and its step time rises at 3 s",
+        duration=LAB_DURATION, cluster=LAB,
+        faults=(Fault("xid", F, F + 1, rate=79.0, node="gpu005", gpu=3),
+                Fault("gpu_util", F + 1, F_END, factor=0.2, node="gpu005", gpu=3),
+                Fault("nccl", F + 2, F_END + 1, factor=2.0, job="train-a"),
+                Fault("step", F + 3, F_END + 2, factor=1.9, job="train-a")),
+        expect="job_slowdown for train-a: compute, gpu005 GPU 3 (XID)",
+    ),
+    "healthy": Scenario("healthy", "a healthy cluster; no alert", duration=240.0, expect="no alert"),
+    "healthy-churn": Scenario(
+        "healthy-churn",
+        "a healthy lab cluster where jobs start and end (train-b from 60 s to 150 s, roce-c ends at 100 s, "
+        "eval-d starts on its nodes at 120 s)",
+        duration=200.0, cluster=LAB_CHURN, expect="no alert",
+    ),
 }
 
 
@@ -171,6 +258,7 @@ class Simulator:
             for s in range(len(self.spines)):
                 self.port_ctr[(leaf, str(1 + s))] = np.zeros(len(SWITCH_COUNTERS))
         self.pool_ctr = {p: np.zeros(2) for p, _ in c.pools}
+        self.job_write_ctr: dict[tuple[str, str], float] = {}
         self.gpu_temp = 62 + self.rng.normal(0, 2, (n, c.gpus_per_node))
         self.last_xid = np.zeros((n, c.gpus_per_node))
 
@@ -209,20 +297,19 @@ class Simulator:
     def _faults(self, rel: float, target: str) -> list[Fault]:
         return [f for f in self.scenario.faults if f.target == target and f.active(rel)]
 
-    def _job_factor(self, rel: float, target: str, node: str) -> float:
+    def _job_factor(self, rel: float, target: str, node: str, gpu: int | None = None) -> float:
         factor = 1.0
         job = self.node_job.get(node)
         for f in self._faults(rel, target):
+            if f.gpu is not None and gpu is not None and f.gpu != gpu:
+                continue
             if (f.node is not None and f.node == node) or (f.node is None and job is not None and f.job == job.job_id):
                 factor *= f.factor
         return factor
 
     def _clock(self, node: str, rel: float) -> float:
-        offset = 0.0
-        for f in self.scenario.faults:
-            if f.target == "clock" and f.node == node:
-                offset += f.rate
-        return offset
+        """The node's clock error: its timestamps are ``offset`` seconds off the true time."""
+        return sum(f.offset for f in self.scenario.faults if f.target == "clock" and f.node == node)
 
     def tick(self, rel: float) -> list[Message]:
         """All messages for second ``rel`` (seconds since the scenario start)."""
@@ -244,12 +331,12 @@ class Simulator:
             ts = round(t + skew, 3)
             ingest = round(t + 0.05, 3)
             # GPU
-            util_f = self._job_factor(rel, "gpu_util", node) if busy else 1.0
+            util_f = np.array([self._job_factor(rel, "gpu_util", node, k) for k in range(g)]) if busy else np.ones(g)
             util = np.clip((95.0 if busy else 0.0) * util_f + (rng.normal(0, 1.2, g) if busy else np.zeros(g)), 0, 100)
             self.gpu_temp[i] += rng.normal(0, 0.1, g) + ((66 if busy else 38) - self.gpu_temp[i]) * 0.05
             for f in self._faults(rel, "xid"):
                 if f.node == node and f.gpu is not None and rel - f.start < 1.0:
-                    self.last_xid[i, f.gpu] = f.rate or 79
+                    self.last_xid[i, f.gpu] = f.rate or 79.0
             gpu_samples = []
             for k in range(g):
                 lab = {"gpu": str(k), "UUID": f"GPU-{i:04d}{k:04d}-sim"}
@@ -301,9 +388,10 @@ class Simulator:
                                                   {"coll": "AllReduce", "job_id": job.job_id}, ingest)], t))
             # Step (one reporting rank per node: local rank 0)
             rank = str(self.job_nodes[job.job_id].index(node) * g)
+            # In synchronous data-parallel training every rank waits for the slowest: a job-wide
+            # ``step`` fault models that; ``loader`` raises one node's (or the job's) data wait.
             step = job.step_time * self._job_factor(rel, "step", node) * rng.normal(1, 0.015)
             loader = 0.01 * job.step_time * self._job_factor(rel, "loader", node) * abs(rng.normal(1, 0.1))
-            step += max(loader - 0.01 * job.step_time, 0.0)
             out.append(Message("step", job.job_id, [
                 _s(ts, "step", node, "step_time_seconds", round(float(step), 4), {"job_id": job.job_id, "rank": rank},
                    ingest),
@@ -329,11 +417,25 @@ class Simulator:
             for f in self._faults(rel, "storage"):
                 if f.pool == pool:
                     lat_f *= f.factor
-            writers = [f for f in self._faults(rel, "write_burst") if f.pool == pool]
-            write_f = 1.0 + sum(f.factor for f in writers)
+            # Per-job writes, as Lustre jobstats report them; checkpoint bursts of several jobs at once
+            # make the pool's write latency climb much more than one burst alone.
+            job_writes = []
+            bursting = 0
+            for spec in c.jobs:
+                if pool not in spec.storage or not self._running(spec, rel):
+                    continue
+                burst = [f for f in self._faults(rel, "write_burst") if f.pool == pool and f.job == spec.job_id]
+                factor = 1.0 + sum(f.factor for f in burst)
+                bursting += 1 if burst else 0
+                key = (pool, spec.job_id)
+                self.job_write_ctr[key] = self.job_write_ctr.get(key, 0.0) + max(rng.normal(5e7 * factor, 1e6), 0)
+                job_writes.append(_s(round(t, 3), "storage", pool, "jobstats_write_bytes_sum",
+                                     float(round(self.job_write_ctr[key])), {"job_id": spec.job_id},
+                                     round(t + 0.05, 3), "counter"))
+            contention = 1.0 + 0.6 * bursting ** 2
             read_lat = 0.002 * lat_f * rng.lognormal(0, 0.05)
-            write_lat = 0.004 * lat_f * (write_f ** 1.5) * rng.lognormal(0, 0.05)
-            self.pool_ctr[pool] += [max(rng.normal(4e9, 4e7), 0), max(rng.normal(1e9 * write_f, 1e7), 0)]
+            write_lat = 0.004 * lat_f * contention * rng.lognormal(0, 0.05)
+            self.pool_ctr[pool] += [max(rng.normal(4e9, 4e7), 0), max(rng.normal(1e9 * (1 + bursting), 1e7), 0)]
             ingest = round(t + 0.05, 3)
             out.append(Message("storage", pool, [
                 _s(round(t, 3), "storage", pool, "read_latency_seconds", round(float(read_lat), 6), {}, ingest),
@@ -342,6 +444,7 @@ class Simulator:
                    "counter"),
                 _s(round(t, 3), "storage", pool, "write_bytes_total", float(self.pool_ctr[pool][1]), {}, ingest,
                    "counter"),
+                *job_writes,
             ], t))
         return out
 

@@ -371,7 +371,9 @@ _LUSTRE_OPS = ("read", "write", "getattr", "setattr", "punch", "sync", "destroy"
                "crossdir_rename", "migrate", "fallocate")
 _table(Meaning.THROUGHPUT, _CTX_COUNTER, [f"jobstats_{op}_samples" for op in (*_LUSTRE_OPS, "read_bytes",
                                                                                "write_bytes")], fabric="Storage")
-_table(Meaning.THROUGHPUT, _CTX_COUNTER, ("jobstats_read_bytes_sum", "jobstats_write_bytes_sum"), fabric="Storage")
+# Per-job bytes on a pool: a burst (a checkpoint, a dataset scan) is the event that matters, so these
+# are judged as rates against the job's own baseline (evidence for checkpoint contention).
+_table(Meaning.THROUGHPUT, _RATE_UP, ("jobstats_read_bytes_sum", "jobstats_write_bytes_sum"), fabric="Storage")
 _table(Meaning.LATENCY, _CTX_COUNTER, [f"jobstats_{op}_sum" for op in _LUSTRE_OPS], fabric="Storage")
 _table(Meaning.LATENCY, _LEVEL_UP, [f"jobstats_{op}_latency_seconds" for op in _LUSTRE_OPS], fabric="Storage")
 

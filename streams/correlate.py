@@ -288,7 +288,10 @@ class Correlator:
         window = [e for e in job.all_episodes()
                   if onset - cfg.lookback_s <= e.ts <= due and float(e.start.get("confirmed_ts", e.ts)) <= horizon]
         symptoms = sorted((e for e in window if e.role == "symptom" and e.ts >= onset), key=lambda e: (e.ts, e.key))
-        causes = [e for e in window if e.role == "cause" and e.ts <= onset]
+        # A cause must still be acting when the job degrades: an episode that ended well before the
+        # onset (a blip during warm-up, a flap a minute ago) is history, not the first mover.
+        causes = [e for e in window if e.role == "cause" and e.ts <= onset
+                  and (e.end_ts is None or e.end_ts >= onset - cfg.grace_s)]
         ordered = sorted(causes, key=lambda e: evidence_order(e.start, e.key))
         first = ordered[0] if ordered else None
         domain, reason = self._domain(job.job_id, first, causes, onset)

@@ -178,6 +178,10 @@ class DetectorBank:
         scores, novelty, ev = self._score(ids, ts, x)
         self.last_scores = Scores(scores, novelty)
         bad = scores >= cfg.score_threshold
+        # An event (an XID) or an error on a clean link is confirmed by itself: it is one sample long.
+        mode = self.mode[ids]
+        instant = (mode == 3) | ((mode == 2) & (scores >= 0.95))
+        confirm = np.where(instant, 1, cfg.confirm)
         state = self.state[ids]
         run = self.run[ids]
         in_ep = state == EPISODE
@@ -188,7 +192,7 @@ class DetectorBank:
         run_ts = np.where(starting_run, ts, self.run_ts[ids])
         run_value = np.where(starting_run, x, self.run_value[ids])
         run_score = np.where(starting_run, scores, np.maximum(self.run_score[ids], np.where(disagree, scores, 0)))
-        start = ~in_ep & (new_run >= cfg.confirm)
+        start = ~in_ep & (new_run >= confirm)
         end = in_ep & (new_run >= cfg.clear)
         ep_len = np.where(in_ep, self.episode_len[ids] + 1, 0)
         # Baseline: learn normal values; during an episode only once it outlived the window.

@@ -156,7 +156,11 @@ class RobustScorer:
         use_season = has_season & (self.err_season[ids] < cfg.season_gain * self.err_level[ids])
         floor = cfg.floor_rel * np.abs(lvl) + cfg.floor_abs
         r = np.where(use_season, r_season, r_level)
-        mad = np.maximum(np.where(use_season, self.mad_season[ids], self.mad_level[ids]), floor)
+        # The scales start at 0 and follow at ``scale_alpha``: without a bias correction (as in Adam's
+        # moment estimates) they are a fraction of the truth for the first ~1/alpha samples, and every
+        # sample just after warm-up looks several scales away.
+        debias = 1.0 - (1.0 - cfg.scale_alpha) ** np.maximum(count - 1, 1)
+        mad = np.maximum(np.where(use_season, self.mad_season[ids], self.mad_level[ids]) / debias, floor)
         z = r / (MAD_TO_SD * mad)
         direction = self.direction[ids]
         zdir = np.where(direction == 0, np.abs(z), z * direction)
@@ -194,7 +198,8 @@ class RobustScorer:
         r_l = ev._r_level[sel]
         mad_l = self.mad_level[ids]
         first = self.count[ids] <= 1
-        lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l, floor)
+        debias = 1.0 - (1.0 - cfg.scale_alpha) ** np.maximum(self.count[ids] - 2, 1)
+        lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l / debias, floor)
         lvl = np.where(first, x, self.level[ids])
         self.level[ids] = lvl + cfg.level_alpha * np.clip(r_l, -lim_l, lim_l)
         self.mad_level[ids] = np.where(first, 0.0, mad_l + cfg.scale_alpha * (np.minimum(np.abs(r_l), lim_l) - mad_l))
@@ -206,7 +211,7 @@ class RobustScorer:
         has = ev._has_season[sel]
         r_s = ev._r_season[sel]
         mad_s = self.mad_season[ids]
-        lim_s = cfg.huber * MAD_TO_SD * np.maximum(mad_s, floor)
+        lim_s = cfg.huber * MAD_TO_SD * np.maximum(mad_s / debias, floor)
         prof = self.profile[ids, b].astype(np.float64)
         self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * np.clip(r_s, -lim_s, lim_s), x)
         self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(np.abs(r_s), lim_s) - mad_s),

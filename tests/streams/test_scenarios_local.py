@@ -53,3 +53,27 @@ def test_healthy_cluster_raises_no_alert():
     result = run_scenario("healthy")
     assert result.alerts == []
     assert result.samples > 100_000
+
+
+@pytest.mark.parametrize(
+    ("scenario", "job", "domain", "source", "labels"),
+    [
+        ("roce-retransmits", "roce-c", "network", "gpu014", {"device": "mlx5_0", "port": "1"}),
+        ("storage-latency", "train-a", "storage", "lustre-a", {}),
+        ("dataloader", "train-a", "dataloader", "gpu003", {}),
+        ("xid", "train-a", "compute", "gpu005", {"gpu": "3"}),
+    ],
+)
+def test_each_fault_scenario_names_its_domain_and_first_mover(scenario: str, job: str, domain: str, source: str,
+                                                             labels: dict[str, str]) -> None:
+    result = run_scenario(scenario)
+    firing = [a for a in result.alerts if a["status"] == "firing" and a["type"] == "job_slowdown"]
+    assert [(a["job_id"], a["root_cause"]["domain"], a["root_cause"]["source"]) for a in firing] == [
+        (job, domain, source)]
+    got = firing[0]["root_cause"]["labels"]
+    assert {k: got.get(k) for k in labels} == labels
+    assert [a["status"] for a in result.alerts if a["type"] == "job_slowdown"] == ["firing", "resolved"]
+
+
+def test_jobs_starting_and_ending_raise_no_alert() -> None:
+    assert run_scenario("healthy-churn").alerts == []
