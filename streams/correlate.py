@@ -27,6 +27,7 @@ from typing import Any
 
 from models.alerts import Alert
 from models.timeutil import format_ts
+from streams.contention import advice, find_contention, overlap_end
 from streams.inventory import InventoryIndex
 
 #: Tie-break order among anomalies with the same onset: cause before effect.
@@ -144,6 +145,8 @@ class JobTimeline:
     episodes: dict[str, list[Episode]] = field(default_factory=dict)
     incident: Incident | None = None
     closed_until: float = -math.inf  # symptoms before this belong to a closed incident
+    #: checkpoint contentions this job's partition raised, by "pool@t*" (alert, resolved)
+    contentions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def all_episodes(self) -> list[Episode]:
         return [e for eps in self.episodes.values() for e in eps]
@@ -240,12 +243,14 @@ class Correlator:
             for job_id in sorted(self._dirty & set(self.jobs)):
                 if self.jobs[job_id].all_episodes() and self.watermark > -math.inf:
                     self._evaluate(self.jobs[job_id], self.watermark, out)
+                    self._evaluate_contention(self.jobs[job_id], self.watermark, out)
             self._dirty.clear()
             return
         self.watermark = wm
         self._dirty.clear()
         for job_id in sorted(self.jobs):
             self._evaluate(self.jobs[job_id], wm, out)
+            self._evaluate_contention(self.jobs[job_id], wm, out)
         self._evict(wm)
         if self.expected is not None and not (self.expected - self.eos) and not self.finished:
             self.finished = True
@@ -273,6 +278,84 @@ class Correlator:
             if not symptoms or wm < symptoms[0].ts + cfg.grace_s:
                 return
             out.alerts.append(self._fire(job, symptoms[0].ts, wm))
+
+    def _evaluate_contention(self, job: JobTimeline, wm: float, out: CorrelatorOutput) -> None:
+        cfg = self.config
+        episodes = job.all_episodes()
+        for c in find_contention(episodes, wm + cfg.allowed_lateness_s):
+            key = f"{c.pool}@{c.start:.3f}"
+            if key in job.contentions or c.jobs[0] != job.job_id or wm < c.start + cfg.grace_s:
+                continue
+            # Decide only on evidence guaranteed to be here by the due time (arrival order never matters).
+            due = c.start + cfg.grace_s
+            settled = [d for d in find_contention(episodes, due + cfg.allowed_lateness_s)
+                       if d.pool == c.pool and abs(d.start - c.start) < 1e-9]
+            if not settled:
+                continue
+            alert = self._contention_alert(settled[0], due, wm, resolved_at=None)
+            job.contentions[key] = {"alert": alert, "resolved": False, "due": due}
+            out.alerts.append(alert)
+        for key, state in job.contentions.items():
+            if state["resolved"]:
+                continue
+            pool, _, start = key.partition("@")
+            current = [c for c in find_contention(episodes, math.inf) if c.pool == pool
+                       and abs(c.start - float(start)) < 1e-9]
+            if not current:
+                continue
+            lat_end = current[0].latency.end_ts
+            if lat_end is not None and wm >= lat_end + cfg.resolve_after_s:
+                alert = self._contention_alert(current[0], float(state["due"]), wm, resolved_at=lat_end)
+                state["alert"], state["resolved"] = alert, True
+                out.alerts.append(alert)
+
+    def _contention_alert(self, c: Any, due: float, wm: float, resolved_at: float | None) -> dict[str, Any]:
+        now = resolved_at if resolved_at is not None else due
+        gpus: dict[str, int] = {}
+        for job_id in c.jobs:
+            info = self.inventory.job(job_id, c.start) or self.inventory.job(job_id)
+            gpus[job_id] = info.gpus if info else 0
+        mover, shift, text = advice(c, gpus, now)
+        end = overlap_end(c, now)
+        lat = c.latency.start
+        baseline = lat.get("p50") or 0.0
+        ratio = (lat["value"] / baseline) if baseline else 0.0
+        first = min(c.bursts, key=lambda b: (b.ts, b.start["labels"]["job_id"]))
+        dkey = f"checkpoint_contention/{c.pool}/{'+'.join(c.jobs)}"
+        timeline = [{"ts": format_ts(e.ts), "layer": e.start["layer"], "source": e.start["source"],
+                     "labels": dict(e.start["labels"]), "metric": e.start["metric"], "value": e.start["value"],
+                     "p50": e.start.get("p50"), "p99": e.start.get("p99"), "score": e.start["score"],
+                     "meaning": e.start["meaning"], "entities": 1}
+                    for e in sorted([c.latency, *c.bursts], key=lambda e: (e.ts, e.start["metric"]))]
+        jobs_text = " and ".join(f"{j} ({gpus[j]} GPUs)" for j in c.jobs)
+        summary = (f"checkpoint contention on {c.pool}: {jobs_text} wrote at the same time from "
+                   f"{format_ts(c.start)[11:19]} for {end - c.start:.0f} s; write latency x{ratio:.1f}; {text}")
+        if resolved_at is not None:
+            summary += f"; resolved at {format_ts(resolved_at)[11:19]}"
+        alert = Alert.model_validate({
+            "alert_id": alert_id_for(dkey, c.start), "dedup_key": dkey, "type": "checkpoint_contention",
+            "status": "resolved" if resolved_at is not None else "firing",
+            "severity": "critical" if sum(gpus.values()) >= self.config.critical_gpus else "warning",
+            "job_id": None, "gpus": sum(gpus.values()), "nodes": [],
+            "started_at": format_ts(c.start), "detected_at": format_ts(due),
+            "resolved_at": format_ts(resolved_at) if resolved_at is not None else None,
+            "symptom": {"layer": "storage", "metric": lat["metric"], "baseline": baseline, "value": lat["value"],
+                        "ratio": round(ratio, 3), "onset": format_ts(c.latency.ts)},
+            "root_cause": {"domain": "storage", "layer": "storage", "source": c.pool,
+                           "labels": dict(first.start["labels"]), "metric": first.start["metric"],
+                           "first_seen": format_ts(first.ts), "meaning": "throughput",
+                           "reason": f"{len(c.jobs)} jobs burst writes to {c.pool} together while its write "
+                                     "latency climbed"},
+            "timeline": timeline,
+            "other_jobs": [{"job_id": j, "gpus": gpus[j], "relation": "contending"} for j in c.jobs],
+            "summary": summary,
+            "labels": {"alertname": "checkpoint_contention", "pool": c.pool, "domain": "storage"},
+            "details": {"pool": c.pool, "jobs": list(c.jobs),
+                        "overlap": {"start": format_ts(c.start), "end": format_ts(end),
+                                    "seconds": round(end - c.start, 1)},
+                        "advice": {"move": mover, "by_seconds": round(shift, 1), "text": text}},
+        }).model_dump(mode="json")
+        return alert
 
     def _join_symptoms(self, job: JobTimeline, inc: Incident) -> None:
         for e in job.all_episodes():
@@ -404,6 +487,10 @@ class Correlator:
         horizon = wm - self.config.lookback_s - self.config.resolve_after_s - self.config.grace_s
         for job_id in list(self.jobs):
             job = self.jobs[job_id]
+            if any(not c["resolved"] for c in job.contentions.values()):
+                continue  # an open contention still needs its pool's episodes
+            job.contentions = {k: c for k, c in job.contentions.items()
+                               if float(k.partition("@")[2]) >= horizon - self.config.lookback_s}
             for key in list(job.episodes):
                 kept = [e for e in job.episodes[key] if e.end_ts is None or e.end_ts >= horizon
                         or (job.incident and key in job.incident.symptom_keys)]
@@ -411,7 +498,7 @@ class Correlator:
                     job.episodes[key] = kept
                 else:
                     del job.episodes[key]
-            if not job.episodes and job.incident is None:
+            if not job.episodes and job.incident is None and not job.contentions:
                 del self.jobs[job_id]
 
     # -- state ----------------------------------------------------------------------------------
@@ -426,6 +513,7 @@ class Correlator:
                     "incident": None if job.incident is None else {
                         "alert": job.incident.alert, "onset": job.incident.onset,
                         "symptom_keys": sorted(job.incident.symptom_keys)},
+                    "contentions": job.contentions,
                 } for jid, job in self.jobs.items()
             },
         }
@@ -445,6 +533,7 @@ class Correlator:
             if jd["incident"] is not None:
                 job.incident = Incident(jd["incident"]["alert"], jd["incident"]["onset"],
                                         set(jd["incident"]["symptom_keys"]))
+            job.contentions = dict(jd.get("contentions", {}))
             self.jobs[jid] = job
 
 

@@ -77,3 +77,14 @@ def test_each_fault_scenario_names_its_domain_and_first_mover(scenario: str, job
 
 def test_jobs_starting_and_ending_raise_no_alert() -> None:
     assert run_scenario("healthy-churn").alerts == []
+
+
+def test_two_jobs_checkpointing_together_raise_one_contention_alert_with_advice() -> None:
+    alerts = run_scenario("checkpoint-contention").alerts
+    assert [(a["type"], a["status"]) for a in alerts] == [("checkpoint_contention", "firing"),
+                                                        ("checkpoint_contention", "resolved")]
+    final = alerts[-1]
+    assert final["details"]["jobs"] == ["train-a", "train-b"] and final["details"]["pool"] == "lustre-a"
+    assert final["details"]["overlap"]["seconds"] == 25.0
+    assert final["details"]["advice"]["move"] == "train-b"
+    assert final["root_cause"]["domain"] == "storage" and final["gpus"] == 96
