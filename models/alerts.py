@@ -76,6 +76,7 @@ class TimelineEntry(BaseModel):
     score: float
     meaning: str | None = None
     entities: int = 1
+    clock_offset: float | None = Field(default=None, description="set when ts was corrected for the source's clock")
 
 
 class OtherJob(BaseModel):

@@ -65,6 +65,26 @@ class AnomalyRecord(BaseModel):
     score: float
     relation: str = Field(description="how the series reaches the job: node, port, switch, pool, job")
     origin: str
+    clock_offset: float = Field(default=0.0, description="the source's estimated clock error (s); negative = "
+                                "behind. Correlation orders evidence by ts - clock_offset")
+    clock_uncertainty: float = Field(default=0.0, description="spread of that estimate (s)")
+    interval: float = Field(default=0.0, description="the series' sampling interval (s): the onset is known "
+                            "only to within it")
+
+
+class ClockRecord(BaseModel):
+    """A source's clock went beyond (``start``) or back within (``end``) the tolerance."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["clock"] = "clock"
+    phase: Literal["start", "end"]
+    source: str
+    layer: str
+    ts: float
+    offset: float
+    uncertainty: float
+    origin: str
 
 
 class WatermarkRecord(BaseModel):

@@ -69,6 +69,29 @@ def evidence_order(rec: dict[str, Any], key: str = "") -> tuple[float, int, int,
             physical, key)
 
 
+def timing_uncertainty(rec: dict[str, Any]) -> float:
+    """How well the onset time of an anomaly is known: half its sampling interval plus its clock's spread."""
+    return 0.5 * float(rec.get("interval") or 0.0) + float(rec.get("clock_uncertainty") or 0.0)
+
+
+def first_mover(causes: list[Any]) -> Any:
+    """The earliest cause, never decided on a time difference smaller than the timing uncertainty.
+
+    Causes whose onsets lie within their combined uncertainty of the earliest are simultaneous as
+    far as the clocks can tell; among those the causal order (switch/NIC -> collective -> GPU -> step)
+    decides, then the more physical signal, then the name.
+    """
+    if not causes:
+        return None
+    ordered = sorted(causes, key=lambda e: evidence_order(e.start, e.key))
+    earliest = ordered[0]
+    u0 = timing_uncertainty(earliest.start)
+    tied = [e for e in ordered if e.ts - earliest.ts <= u0 + timing_uncertainty(e.start) + 1e-9]
+    return min(tied, key=lambda e: (causal_rank(e.start["layer"], e.start["meaning"]),
+                                    MEANING_RANK.get(e.start["meaning"], 9), *evidence_order(e.start, e.key)[3:],
+                                    e.ts))
+
+
 def causal_rank(layer: str, meaning: str) -> int:
     """Rank of a layer/meaning in the causal order switch/NIC -> collective -> GPU -> step.
 
@@ -191,8 +214,43 @@ class Correlator:
                 self.origin_seen[origin] = now_wall
         elif kind == "anomaly":
             self._add_anomaly(rec, out)
+        elif kind == "clock":
+            out.alerts.append(self._clock_alert(rec))
         self._advance(now_wall, out)
         return out
+
+    def _clock_alert(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """A source's clock is off by more than the tolerance (firing) or back within it (resolved)."""
+        source, offset, unc = rec["source"], float(rec["offset"]), float(rec["uncertainty"])
+        ts = float(rec["ts"])
+        jobs = self.inventory.affected_jobs(rec["layer"], source, {}, ts)
+        others = []
+        for a in jobs:
+            info = self.inventory.job(a.job_id, ts)
+            others.append({"job_id": a.job_id, "gpus": info.gpus if info else 0, "relation": a.relation})
+        dkey = f"clock_skew/{rec['layer']}/{source}"
+        onset = float(rec.get("started", ts))
+        direction = "behind" if offset < 0 else "ahead"
+        summary = (f"clock of {rec['layer']} {source} is {abs(offset):.2f} s {direction} (+/- {unc:.2f} s); its "
+                   "evidence is re-timed by that much when ordering first movers")
+        resolved = rec["phase"] == "end"
+        if resolved:
+            summary = f"clock of {rec['layer']} {source} back within tolerance (offset {offset:+.2f} s)"
+        return Alert.model_validate({
+            "alert_id": alert_id_for(dkey, onset), "dedup_key": dkey, "type": "clock_skew",
+            "status": "resolved" if resolved else "firing", "severity": "warning",
+            "job_id": jobs[0].job_id if len(jobs) == 1 else None,
+            "gpus": sum(o["gpus"] for o in others), "nodes": [source] if rec["layer"] != "switch" else [],
+            "started_at": format_ts(onset), "detected_at": format_ts(ts),
+            "resolved_at": format_ts(ts) if resolved else None, "symptom": None,
+            "root_cause": {"domain": "compute" if rec["layer"] != "switch" else "network", "layer": rec["layer"],
+                           "source": source, "labels": {}, "metric": "clock_offset_seconds",
+                           "first_seen": format_ts(onset), "meaning": "clock_skew",
+                           "reason": f"median arrival delay differs from its peers' by {-offset:+.2f} s"},
+            "timeline": [], "other_jobs": others, "summary": summary,
+            "labels": {"alertname": "clock_skew", "source": source, "layer": rec["layer"]},
+            "details": {"offset_s": round(offset, 3), "uncertainty_s": round(unc, 3)},
+        }).model_dump(mode="json")
 
     def tick(self, now_wall: float) -> CorrelatorOutput:
         """Re-evaluate the watermark (idle inputs drop out as wall time passes)."""
@@ -206,6 +264,10 @@ class Correlator:
         if ts < self.watermark:
             self.late_count += 1
             out.late.append(rec)
+        offset = float(rec.get("clock_offset") or 0.0)
+        if offset:
+            # Order evidence on the true time line: undo the source's clock error.
+            rec = dict(rec, ts=ts - offset, raw_ts=ts)
         job = self.jobs.setdefault(rec["job_id"], JobTimeline(rec["job_id"]))
         self._dirty.add(job.job_id)
         key = episode_key(rec)
@@ -375,8 +437,7 @@ class Correlator:
         # onset (a blip during warm-up, a flap a minute ago) is history, not the first mover.
         causes = [e for e in window if e.role == "cause" and e.ts <= onset
                   and (e.end_ts is None or e.end_ts >= onset - cfg.grace_s)]
-        ordered = sorted(causes, key=lambda e: evidence_order(e.start, e.key))
-        first = ordered[0] if ordered else None
+        first = first_mover(causes)
         domain, reason = self._domain(job.job_id, first, causes, onset)
         root_rec = first.start if first is not None and domain != "unknown" else (first.start if first else None)
         info = self.inventory.job(job.job_id, onset) or self.inventory.job(job.job_id)
@@ -392,7 +453,7 @@ class Correlator:
         elif ratio >= 1.5 or gpus >= cfg.critical_gpus // 4:
             severity = "error"
         dkey = dedup_key("job_slowdown", job.job_id, domain, root_rec)
-        timeline = self._timeline(window, onset)
+        timeline = self._timeline(window, onset, first)
         other = []
         if root_rec is not None:
             for other_id, other_gpus, relation in self.inventory.neighbours(
@@ -441,21 +502,25 @@ class Correlator:
             return "dataloader", f"data preparation on {first.start['source']} saturated first"
         return "unknown", f"{layer} {meaning} moved first; no fabric, storage or GPU fault evidence"
 
-    def _timeline(self, window: list[Episode], onset: float) -> list[dict[str, Any]]:
+    def _timeline(self, window: list[Episode], onset: float, root: Episode | None = None) -> list[dict[str, Any]]:
+        """The evidence in event-time order, one entry per (layer, metric) with how many entities it
+        covers; the root cause first (it can only differ from the earliest within timing uncertainty)."""
         groups: dict[tuple[str, str], list[Episode]] = {}
         for e in window:
             groups.setdefault((e.start["layer"], e.start["metric"]), []).append(e)
         entries = []
         for eps in groups.values():
             eps.sort(key=lambda e: evidence_order(e.start, e.key))
-            e = eps[0]
+            e = root if root is not None and root in eps else eps[0]
             r = e.start
             entries.append((evidence_order(r, e.key), {
                 "ts": format_ts(r["ts"]), "layer": r["layer"], "source": r["source"], "labels": dict(r["labels"]),
                 "metric": r["metric"], "value": r["value"], "p50": r.get("p50"), "p99": r.get("p99"),
                 "score": r["score"], "meaning": r["meaning"], "entities": len({x.key for x in eps}),
+                "clock_offset": r.get("clock_offset") or None,
             }))
-        entries.sort(key=lambda t: t[0])
+        entries.sort(key=lambda t: (root is None or t[1]["metric"] != root.start["metric"]
+                                    or t[1]["layer"] != root.start["layer"], t[0]))
         return [t[1] for t in entries[: self.config.timeline_limit]]
 
     def _summary(self, job_id: str, gpus: int, n_nodes: int, ratio: float, onset: float,

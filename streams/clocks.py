@@ -1,0 +1,128 @@
+"""Source clock offsets, estimated from when samples arrive.
+
+Every sample has an event time ``ts`` (the source's clock) and an arrival time (``ingest_ts`` when the
+collector stamped it, else the Kafka record timestamp: the collector's or broker's clock). Their
+difference, the *delay*, is transport latency plus the source's clock error. Sources in one input
+partition share the transport, so a source whose median delay differs from the partition's typical
+delay by more than ``tolerance_s`` has a clock that is off by that difference::
+
+    offset(source) = -(median delay(source) - median over sources of their median delays)
+
+A negative offset means the source's clock is behind (its samples claim to be older than they are);
+``ts - offset`` is the corrected event time. ``uncertainty`` is the spread (MAD) of the source's
+delays, so a first mover is never named on a difference smaller than it.
+
+A source is *skewed* while ``|offset| > tolerance_s``; the tracker reports when that starts and ends.
+Time is an input; nothing reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MIN_SOURCES_FOR_REFERENCE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ClockConfig:
+    tolerance_s: float = 0.25
+    window: int = 32
+    min_samples: int = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ClockTransition:
+    """A source's clock became skewed (``phase`` "start") or came back within tolerance ("end")."""
+
+    source: str
+    layer: str
+    phase: str
+    ts: float
+    offset: float
+    uncertainty: float
+
+
+@dataclass
+class _SourceClock:
+    layer: str
+    delays: deque[float] = field(default_factory=deque)
+    median: float = 0.0
+    mad: float = 0.0
+    skewed: bool = False
+
+
+class ClockTracker:
+    """Per-source delay statistics for one input partition.
+
+    >>> c = ClockTracker(ClockConfig(min_samples=3))
+    >>> for t in range(5):
+    ...     out = c.observe("gpu", {"a": [(100.0 + t, 100.05 + t)], "b": [(100.0 + t, 100.05 + t)],
+    ...                             "c": [(94.0 + t, 100.05 + t)]})
+    >>> round(c.offset("c")[0], 2), round(c.offset("a")[0], 2)
+    (-6.0, 0.0)
+    >>> [(t.source, t.phase) for t in out]
+    []
+    >>> c.skewed("c")
+    True
+    """
+
+    def __init__(self, config: ClockConfig | None = None) -> None:
+        self.config = config or ClockConfig()
+        self.sources: dict[str, _SourceClock] = {}
+        self.reference = 0.0
+
+    def observe(self, layer: str, pairs: dict[str, list[tuple[float, float]]]) -> list[ClockTransition]:
+        """Fold ``{source: [(ts, arrival), ...]}`` of one message; return skew transitions."""
+        cfg = self.config
+        for source, items in pairs.items():
+            state = self.sources.get(source)
+            if state is None:
+                state = self.sources[source] = _SourceClock(layer, deque(maxlen=cfg.window))
+            # One delay per message and source: a scrape shares its transport delay.
+            delays = [arrival - ts for ts, arrival in items]
+            state.delays.append(float(np.median(delays)))
+            arr = np.fromiter(state.delays, dtype=float)
+            state.median = float(np.median(arr))
+            state.mad = float(np.median(np.abs(arr - state.median)))
+        ready = [s.median for s in self.sources.values() if len(s.delays) >= cfg.min_samples]
+        self.reference = float(np.median(ready)) if len(ready) >= MIN_SOURCES_FOR_REFERENCE else 0.0
+        out = []
+        for source, items in pairs.items():
+            state = self.sources[source]
+            if len(state.delays) < cfg.min_samples:
+                continue
+            offset, unc = self.offset(source)
+            skewed = abs(offset) > cfg.tolerance_s + unc
+            if skewed != state.skewed:
+                state.skewed = skewed
+                ts = max(t for t, _ in items)
+                out.append(ClockTransition(source, state.layer, "start" if skewed else "end", ts, offset, unc))
+        return out
+
+    def offset(self, source: str) -> tuple[float, float]:
+        """``(offset, uncertainty)`` of ``source``'s clock in seconds (0, 0 when unknown)."""
+        state = self.sources.get(source)
+        if state is None or len(state.delays) < self.config.min_samples:
+            return 0.0, 0.0
+        return self.reference - state.median, 1.4826 * state.mad
+
+    def skewed(self, source: str) -> bool:
+        state = self.sources.get(source)
+        return bool(state and state.skewed)
+
+    def snapshot(self) -> dict[str, object]:
+        return {"reference": self.reference,
+                "sources": {s: [st.layer, list(st.delays), st.skewed] for s, st in self.sources.items()}}
+
+    def restore(self, data: dict[str, object]) -> None:
+        self.reference = float(data["reference"])  # type: ignore[arg-type]
+        self.sources = {}
+        for source, (layer, delays, skewed) in data["sources"].items():  # type: ignore[attr-defined]
+            arr = np.asarray(delays, dtype=float)
+            med = float(np.median(arr)) if arr.size else 0.0
+            self.sources[source] = _SourceClock(layer, deque(delays, maxlen=self.config.window), med,
+                                                float(np.median(np.abs(arr - med))) if arr.size else 0.0,
+                                                bool(skewed))
