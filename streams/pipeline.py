@@ -6,23 +6,32 @@ One :class:`PartitionPipeline` owns the state of one input partition (series ids
 detector baselines), so its state can be snapshotted and moved with the partition. It never
 imports Faust and never reads the clock: the Faust agent hands it raw bytes and their coordinates
 and ships what it returns.
+
+:meth:`PartitionPipeline.process_many` takes every message a batch holds for the partition at once,
+so the array work of the rate and detect stages is paid per batch, not per Kafka message. The
+result is the same as feeding the messages one by one (each series sees its samples in arrival
+order; a sample at or before its series' last one is still out of order), and every dead letter
+keeps the coordinates of its own message.
 """
 
 from __future__ import annotations
 
 import base64
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from models.timeutil import MAX_TS, MIN_TS
 from streams.catalogue import Mode
 from streams.detect import DetectorBank, DetectorConfig
-from streams.ingest import Sample, decode_batch
-from streams.inventory import Affected, InventoryIndex
-from streams.lanes import lane_of
+from streams.ingest import Rejection, decode_records, validate_record
+from streams.inventory import InventoryIndex
+from streams.lanes import LANES
 from streams.rates import CounterRates
-from streams.series import SeriesRegistry, occurrence_rounds
+from streams.series import LAYER_NAMES, SeriesRegistry, grow, occurrence_rounds
 from streams.snapshot import pack, unpack
 
 #: Stage names, used in logs, metrics and dead-letter records.
@@ -30,6 +39,11 @@ STAGES = ("decode", "validate", "normalise", "rate", "detect", "map")
 
 #: Roles: a job's own signals are symptoms; everything else is a possible cause.
 SYMPTOM_MEANINGS = frozenset({"step_time"})
+
+#: Lane names (see :mod:`streams.lanes`) and their codes in the per-series lane array.
+LANE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(LANES.values()))
+_LANE_CODE = {(layer, meaning): LANE_NAMES.index(lane) for (layer, meaning), lane in LANES.items()}
+_NO_LABELS: dict[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +68,17 @@ class DeadLetterOut:
     error: str
     record: str | None
     original: bytes
+    #: The message it came from (a batch holds many messages; each dead letter keeps its own).
+    origin: Origin | None = None
 
-    def to_record(self, origin: Origin, rejected_ts: float) -> dict[str, Any]:
-        """The ``dlq`` record (see :class:`models.records.DeadLetter`)."""
+    def to_record(self, origin: Origin | None = None, rejected_ts: float | None = None) -> dict[str, Any]:
+        """The ``dlq`` record (see :class:`models.records.DeadLetter`).
+
+        ``origin`` defaults to the message the record came from; ``rejected_ts`` to its Kafka time.
+        """
+        origin = origin or self.origin or Origin("<unknown>", -1)
+        if rejected_ts is None:
+            rejected_ts = origin.timestamp or 0.0
         return {
             "stage": self.stage, "reason": self.reason, "error": self.error,
             "topic": origin.topic, "partition": origin.partition, "offset": origin.offset,
@@ -71,6 +93,7 @@ class DeadLetterOut:
 class PipelineOutput:
     anomalies: list[dict[str, Any]] = field(default_factory=list)
     dead_letters: list[DeadLetterOut] = field(default_factory=list)
+    messages: int = 0
     samples: int = 0
     rejected: int = 0
     out_of_order: int = 0
@@ -102,129 +125,226 @@ class PartitionPipeline:
         self.detector = DetectorBank(config)
         self.watermark: float | None = None
         self.last_offset: int | None = None
-        self._lanes: list[str | None] = []
-        self._jobs_cache: dict[int, tuple[int, list[Affected]]] = {}
+        self._registered = 0
+        # Per series: lane code (-1: not forwarded), candidate job set and the inventory version it is for.
+        self._lane = np.full(0, -1, dtype=np.int8)
+        self._jobset = np.full(0, -1, dtype=np.int32)
+        self._jobset_version = np.full(0, -1, dtype=np.int64)
+        self._jobsets: list[tuple[str, ...]] = []
+        self._jobset_ids: dict[tuple[str, ...], int] = {}
+        self._intervals: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._intervals_version = -1
 
-    def _lane(self, sid: int) -> str | None:
-        while len(self._lanes) <= sid:
-            meta = self.registry.meta[len(self._lanes)]
-            self._lanes.append(lane_of(meta.layer, meta.info.meaning.value))
-        return self._lanes[sid]
+    # -- series bookkeeping -------------------------------------------------------------------
+    def _register_new(self, out: PipelineOutput | None) -> None:
+        """Give every series registered since the last call its detector slot and lane."""
+        reg = self.registry
+        n = len(reg)
+        if n <= self._registered:
+            return
+        if n > self._lane.shape[0]:
+            self._lane = grow(self._lane, n, -1)
+            self._jobset = grow(self._jobset, n, -1)
+            self._jobset_version = grow(self._jobset_version, n, -1)
+        for sid in range(self._registered, n):
+            meta = reg.meta[sid]
+            info = meta.info
+            self.detector.register(sid, info.mode, info.bad)
+            self._lane[sid] = _LANE_CODE.get((meta.layer, info.meaning.value), -1)
+            if out is not None and info.meaning.value == "unknown":
+                out.unknown_metrics += 1
+        self._registered = n
 
-    def _candidate_jobs(self, sid: int) -> list[Affected]:
-        """Jobs this series can affect at any time, cached until the inventory changes."""
-        cached = self._jobs_cache.get(sid)
-        if cached is not None and cached[0] == self.inventory.version:
-            return cached[1]
+    def _jobset_of(self, sid: int) -> int:
+        """Jobs this series can affect at any time (cached per series until the inventory changes)."""
         meta = self.registry.meta[sid]
-        jobs = self.inventory.affected_jobs(meta.layer, meta.source, meta.labels, None)
-        self._jobs_cache[sid] = (self.inventory.version, jobs)
-        return jobs
+        jobs = tuple(a.job_id for a in self.inventory.affected_jobs(meta.layer, meta.source, meta.labels, None))
+        if not jobs:
+            return -1
+        idx = self._jobset_ids.get(jobs)
+        if idx is None:
+            idx = self._jobset_ids[jobs] = len(self._jobsets)
+            self._jobsets.append(jobs)
+        return idx
 
+    def _active(self, job: str, t: np.ndarray) -> np.ndarray:
+        """Where ``job`` is running at times ``t`` (``inventory.job(job, t) is not None``, vectorised)."""
+        if self._intervals_version != self.inventory.version:
+            self._intervals = {}
+            self._intervals_version = self.inventory.version
+        iv = self._intervals.get(job)
+        if iv is None:
+            history = self.inventory.jobs.get(job) or []
+            iv = (np.array([h.start for h in history], dtype=np.float64),
+                  np.array([math.inf if h.end is None else h.end for h in history], dtype=np.float64))
+            self._intervals[job] = iv
+        starts, ends = iv
+        if starts.size == 1:
+            return (t >= starts[0]) & (t < ends[0])  # type: ignore[no-any-return]
+        mask = np.zeros(t.shape[0], dtype=bool)
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            mask |= (t >= s) & (t < e)
+        return mask
+
+    # -- processing -----------------------------------------------------------------------------
     def process(self, raw: bytes, origin: Origin) -> PipelineOutput:
         """Run one message through every stage. Never raises on bad input."""
-        out = PipelineOutput()
-        # decode + validate
-        batch = decode_batch(raw)
-        if batch.control is not None:
-            out.control = batch.control
-            return out
-        for rej in batch.rejections:
-            stage = "decode" if rej.error == "DecodeFailed" else "validate"
-            record = None if rej.index is None else f"samples[{rej.index}]"
-            out.dead_letters.append(DeadLetterOut(stage, rej.reason, rej.error, record, raw))
-        out.rejected = sum(1 for r in batch.rejections if r.index is not None)
-        samples = batch.samples
-        if not samples:
-            return out
-        # normalise: series ids, catalogue kinds, counter sanity
-        n = len(samples)
-        ids = np.empty(n, dtype=np.int64)
-        ts = np.empty(n)
-        values = np.empty(n)
-        keep = np.ones(n, dtype=bool)
+        return self.process_many([(raw, origin)])
+
+    def process_many(self, messages: Sequence[tuple[bytes, Origin]]) -> PipelineOutput:
+        """Run the messages of one partition (in offset order) through every stage at once.
+
+        Equivalent to :meth:`process` on each message in turn, with one set of array operations for
+        the whole batch. Never raises on bad input.
+        """
+        out = PipelineOutput(messages=len(messages))
         reg = self.registry
-        known = len(reg)
-        for i, s in enumerate(samples):
-            sid = reg.id_for(s.layer, s.source, s.metric, s.labels, s.kind)
-            ids[i] = sid
-            ts[i] = s.ts
-            values[i] = s.value
-        if len(reg) > known:
-            for sid in range(known, len(reg)):
-                info = reg.meta[sid].info
-                self.detector.register(sid, info.mode, info.bad)
-                if info.meaning.value == "unknown":
-                    out.unknown_metrics += 1
-        counter = np.fromiter((reg.meta[i].info.counter for i in ids), dtype=bool, count=n)
-        negative = counter & (values < 0)
+        known = reg.raw_ids
+        ids_l: list[int] = []
+        ts_l: list[float] = []
+        val_l: list[float] = []
+        ing_l: list[float] = []
+        msg_l: list[int] = []
+        nan = math.nan
+        # decode + validate: known series take the fast path (their key, and so their labels, were
+        # validated when the series was first seen); anything else goes through validate_record.
+        for m, (raw, origin) in enumerate(messages):
+            records, rejection, control = decode_records(raw)
+            if control is not None:
+                out.control = control
+                continue
+            if rejection is not None or records is None:
+                rej = rejection or Rejection(None, "empty message")
+                stage = "decode" if rej.error == "DecodeFailed" else "validate"
+                out.dead_letters.append(DeadLetterOut(stage, rej.reason, rej.error, None, raw, origin))
+                continue
+            for i, rec in enumerate(records):
+                if type(rec) is dict:
+                    try:
+                        labels = rec.get("labels", _NO_LABELS)
+                        sid = known[(rec["layer"], rec["source"], rec["metric"], tuple(labels.items()))]
+                        ts = rec["ts"]
+                        value = rec["value"]
+                    except (KeyError, TypeError, AttributeError):
+                        sid = -1
+                    if sid >= 0:
+                        tt = type(ts)
+                        tv = type(value)
+                        if ((tt is float or tt is int) and MIN_TS <= ts < MAX_TS
+                                and ((tv is float and value - value == 0.0) or tv is int)):
+                            kind = rec.get("kind")
+                            ingest = rec.get("ingest_ts")
+                            ti = type(ingest)
+                            if ((kind is None or kind == "gauge" or (kind == "counter" and value >= 0))
+                                    and (ingest is None or ((ti is float or ti is int) and MIN_TS <= ingest < MAX_TS))):
+                                ids_l.append(sid)
+                                ts_l.append(ts)
+                                val_l.append(value)
+                                ing_l.append(nan if ingest is None else ingest)
+                                msg_l.append(m)
+                                continue
+                try:
+                    s = validate_record(rec)
+                except ValueError as exc:
+                    out.dead_letters.append(DeadLetterOut("validate", str(exc), "ValidationFailed", f"samples[{i}]",
+                                                          raw, origin))
+                    out.rejected += 1
+                    continue
+                ids_l.append(reg.id_for(s.layer, s.source, s.metric, s.labels, s.kind))
+                ts_l.append(s.ts)
+                val_l.append(s.value)
+                ing_l.append(nan if s.ingest_ts is None else s.ingest_ts)
+                msg_l.append(m)
+        self._register_new(out)
+        if messages and messages[-1][1].offset is not None:
+            self.last_offset = messages[-1][1].offset
+        if not ids_l:
+            return out
+        # normalise: catalogue kinds, counter sanity
+        ids = np.array(ids_l, dtype=np.int64)
+        ts_a = np.array(ts_l, dtype=np.float64)
+        values = np.array(val_l, dtype=np.float64)
+        ingest_a = np.array(ing_l, dtype=np.float64)
+        msg = np.array(msg_l, dtype=np.int64)
+        negative = reg.counter[ids] & (values < 0)
         if negative.any():
-            for bad in np.flatnonzero(negative):
-                out.dead_letters.append(DeadLetterOut("normalise", "counter value is negative", "ValidationFailed",
-                                                      _record_name(batch, samples[int(bad)]), raw))
-            keep &= ~negative
+            for bad in np.flatnonzero(negative).tolist():
+                out.dead_letters.append(self._dead_letter("normalise", "counter value is negative", "ValidationFailed",
+                                                          int(ids[bad]), float(ts_a[bad]), messages[int(msg[bad])]))
+            keep = np.flatnonzero(~negative)
             out.rejected += int(negative.sum())
+            ids, ts_a, values, ingest_a, msg = ids[keep], ts_a[keep], values[keep], ingest_a[keep], msg[keep]
+        if ids.size == 0:
+            return out
+        counts = np.bincount(reg.layer_code[ids], minlength=len(LAYER_NAMES))
+        out.by_layer = {LAYER_NAMES[c]: int(counts[c]) for c in np.flatnonzero(counts).tolist()}
+        # Arrival order: messages in offset order, each message's samples in event-time order.
+        order = np.lexsort((ts_a, msg)) if len(messages) > 1 else np.argsort(ts_a, kind="stable")
+        ids, ts_a, values, ingest_a, msg = ids[order], ts_a[order], values[order], ingest_a[order], msg[order]
         # rate + detect, a round of unique series at a time (a scrape is one round)
-        kept = np.flatnonzero(keep)
-        for i in kept:
-            layer = samples[int(i)].layer
-            out.by_layer[layer] = out.by_layer.get(layer, 0) + 1
-        ids_k, ts_k, val_k = ids[kept], ts[kept], values[kept]
-        order = np.argsort(ts_k, kind="stable")
-        ids_k, ts_k, val_k, kept = ids_k[order], ts_k[order], val_k[order], kept[order]
-        for rnd in occurrence_rounds(ids_k):
-            self._round(ids_k[rnd], ts_k[rnd], val_k[rnd], [samples[int(i)] for i in kept[rnd]], out, batch, raw)
-        out.samples = int(kept.size) - out.out_of_order - out.duplicates
-        if kept.size:
-            mx = float(ts_k.max())
-            out.max_ts = mx
-            self.watermark = mx if self.watermark is None else max(self.watermark, mx)
-        self.last_offset = origin.offset
+        for rnd in occurrence_rounds(ids):
+            self._round(ids[rnd], ts_a[rnd], values[rnd], ingest_a[rnd], msg[rnd], out, messages)
+        out.samples = int(ids.size) - out.out_of_order - out.duplicates
+        mx = float(ts_a.max())
+        out.max_ts = mx
+        self.watermark = mx if self.watermark is None else max(self.watermark, mx)
         return out
 
-    def _round(self, ids: np.ndarray, ts: np.ndarray, raw_values: np.ndarray, samples: list[Sample],
-               out: PipelineOutput, batch: Any, raw: bytes) -> None:
+    def _dead_letter(self, stage: str, reason: str, error: str, sid: int, ts: float,
+                     message: tuple[bytes, Origin]) -> DeadLetterOut:
+        meta = self.registry.meta[sid]
+        return DeadLetterOut(stage, reason, error, f"{meta.layer}/{meta.source}/{meta.metric}@{ts}", message[0],
+                             message[1])
+
+    def _round(self, ids: np.ndarray, ts: np.ndarray, raw_values: np.ndarray, ingest: np.ndarray, msg: np.ndarray,
+               out: PipelineOutput, messages: Sequence[tuple[bytes, Origin]]) -> None:
         reg = self.registry
-        infos = [reg.meta[int(i)].info for i in ids]
-        counter = np.fromiter((info.counter for info in infos), dtype=bool, count=ids.size)
+        counter = reg.counter[ids]
         # Every series goes through the rate stage: counters get a rate; for all, a sample at or
         # before the series' last time is a duplicate (dropped, counted) or out of order (dead letter).
         res = self.rates.update(ids, ts, raw_values)
-        scale = np.fromiter((info.scale for info in infos), dtype=float, count=ids.size)
-        x = np.where(counter, res.rate * scale, raw_values)
-        stale = res.out_of_order | res.duplicate
-        usable = np.where(counter, ~np.isnan(res.rate), ~stale)
-        out.resets += int((res.reset & counter).sum())
-        out.duplicates += int(res.duplicate.sum())
-        for late in np.flatnonzero(res.out_of_order):
-            out.out_of_order += 1
-            out.dead_letters.append(DeadLetterOut(
-                "rate", f"out of order: ts {ts[late]:.3f} is not after the series' last sample",
-                "LateData", _record_name(batch, samples[int(late)]), raw))
+        x = np.where(counter, res.rate * reg.scale[ids], raw_values)
+        usable = np.where(counter, ~np.isnan(res.rate), ~(res.out_of_order | res.duplicate))
+        if res.reset.any():
+            out.resets += int((res.reset & counter).sum())
+        if res.duplicate.any():
+            out.duplicates += int(res.duplicate.sum())
+        if res.out_of_order.any():
+            for late in np.flatnonzero(res.out_of_order).tolist():
+                out.out_of_order += 1
+                out.dead_letters.append(self._dead_letter(
+                    "rate", f"out of order: ts {ts[late]:.3f} is not after the series' last sample", "LateData",
+                    int(ids[late]), float(ts[late]), messages[int(msg[late])]))
         use = np.flatnonzero(usable)
         if use.size == 0:
             return
-        self._forward_points(ids[use], ts[use], x[use], out)
-        tr = self.detector.update(ids[use], ts[use], x[use])
+        if use.size < ids.size:
+            ids, ts, x, ingest = ids[use], ts[use], x[use], ingest[use]
+        else:
+            use = None  # type: ignore[assignment]
+        self._forward_points(ids, ts, x, out)
+        tr = self.detector.update(ids, ts, x)
         for k in range(tr.pos.size):
-            i = int(use[tr.pos[k]])
+            i = int(tr.pos[k])
             meta = reg.meta[int(ids[i])]
             if meta.info.mode is Mode.CONTEXT:
                 continue
             phase = "start" if tr.phase[k] == 1 else "end"
             onset = float(tr.onset_ts[k])
-            affected = self.inventory.affected_jobs(meta.layer, meta.source, meta.labels, onset)
+            labels = meta.labels
+            affected = self.inventory.affected_jobs(meta.layer, meta.source, labels, onset)
             if not affected:
                 out.unmapped_anomalies += 1
                 continue
             direction = meta.info.bad.value
             if direction == "both":
                 direction = "up" if (tr.value[k] >= tr.p50[k] or np.isnan(tr.p50[k])) else "down"
+            ing = float(ingest[i])
             for a in affected:
                 out.anomalies.append({
                     "type": "anomaly", "phase": phase, "job_id": a.job_id, "ts": onset,
-                    "confirmed_ts": float(ts[i]), "ingest_ts": samples[i].ingest_ts,
-                    "layer": meta.layer, "source": meta.source, "labels": meta.labels, "metric": meta.metric,
+                    "confirmed_ts": float(ts[i]), "ingest_ts": None if math.isnan(ing) else ing,
+                    "layer": meta.layer, "source": meta.source, "labels": labels, "metric": meta.metric,
                     "meaning": meta.info.meaning.value,
                     "role": "symptom" if meta.info.meaning.value in SYMPTOM_MEANINGS else "cause",
                     "direction": direction, "value": _f(tr.value[k]), "p50": _opt(tr.p50[k]),
@@ -233,17 +353,56 @@ class PartitionPipeline:
                 })
 
     def _forward_points(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, out: PipelineOutput) -> None:
-        inventory = self.inventory
-        for k in range(ids.size):
-            sid = int(ids[k])
-            lane = self._lane(sid)
-            if lane is None:
-                continue
-            t = float(ts[k])
-            for a in self._candidate_jobs(sid):
-                if inventory.job(a.job_id, t) is None:
+        """Each job's own signals, grouped by (candidate job set, lane) with array operations."""
+        lane = self._lane[ids]
+        sel = np.flatnonzero(lane >= 0)
+        if sel.size == 0:
+            return
+        sids = ids[sel]
+        version = self.inventory.version
+        stale = self._jobset_version[sids] != version
+        if stale.any():
+            for sid in np.unique(sids[stale]).tolist():
+                self._jobset[sid] = self._jobset_of(sid)
+                self._jobset_version[sid] = version
+        js = self._jobset[sids].astype(np.int64)
+        mapped = js >= 0
+        if not mapped.all():
+            sel, js = sel[mapped], js[mapped]
+            if sel.size == 0:
+                return
+        group = js * 64 + lane[sel]
+        order = np.argsort(group, kind="stable")
+        sel, group = sel[order], group[order]
+        bounds = np.flatnonzero(group[1:] != group[:-1]) + 1
+        starts = [0, *bounds.tolist()]
+        ends = [*bounds.tolist(), int(sel.size)]
+        points = out.points
+        for a, b in zip(starts, ends, strict=True):
+            g = int(group[a])
+            rows = sel[a:b]
+            t = ts[rows]
+            v = x[rows]
+            lane_name = LANE_NAMES[g % 64]
+            whole: list[list[float]] | None = None
+            for job in self._jobsets[g // 64]:
+                active = self._active(job, t)
+                if active.all():
+                    if whole is None:
+                        whole = np.column_stack((t, v)).tolist()
+                    pts = whole
+                elif active.any():
+                    pts = np.column_stack((t[active], v[active])).tolist()
+                else:
                     continue
-                out.points.setdefault(a.job_id, {}).setdefault(lane, []).append([t, float(x[k])])
+                lanes = points.get(job)
+                if lanes is None:
+                    lanes = points[job] = {}
+                have = lanes.get(lane_name)
+                if have is None:
+                    lanes[lane_name] = list(pts)
+                else:
+                    have.extend(pts)
 
     # -- state ----------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
@@ -259,9 +418,24 @@ class PartitionPipeline:
         self.rates = CounterRates()
         self.rates.restore(arrays)
         self.detector = DetectorBank(self.config)
+        self._registered = 0
+        self._lane = np.full(0, -1, dtype=np.int8)
+        self._jobset = np.full(0, -1, dtype=np.int32)
+        self._jobset_version = np.full(0, -1, dtype=np.int64)
+        self._register_new(None)
         self.detector.restore(arrays)
         self.watermark = meta["watermark"]
         self.last_offset = meta["offset"]
+
+    def state_bytes(self) -> dict[str, float]:
+        """Bytes of state by part (numpy arrays at their allocated capacity, plus the registry)."""
+        n = max(len(self.registry), 1)
+        parts = {k: v * max(self.detector.mode.shape[0], 1) for k, v in self.detector.nbytes_per_series().items()}
+        parts["rates"] = float(self.rates.last_ts.nbytes + self.rates.last_value.nbytes)
+        parts["registry"] = float(self.registry.nbytes())
+        parts["lanes"] = float(self._lane.nbytes + self._jobset.nbytes + self._jobset_version.nbytes)
+        parts["per_series"] = sum(parts.values()) / n
+        return parts
 
 
 def _f(v: Any) -> float:
@@ -272,7 +446,3 @@ def _f(v: Any) -> float:
 def _opt(v: Any) -> float | None:
     f = float(v)
     return f if np.isfinite(f) else None
-
-
-def _record_name(batch: Any, sample: Sample) -> str:
-    return f"{sample.layer}/{sample.source}/{sample.metric}@{sample.ts}"
