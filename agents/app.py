@@ -30,7 +30,7 @@ import orjson
 
 from agents import transport
 from agents.carriers import attach_carriers
-from agents.kafka import faust_credentials
+from agents.kafka import client_kwargs, faust_credentials
 from agents.metrics import WorkerMetrics
 from agents.topics import CORRELATOR_STATE_TABLE, DETECTOR_STATE_TABLE, MAX_RECORD_BYTES, TopicCatalogue
 from models.settings import LockstepSettings
@@ -41,6 +41,14 @@ from streams.jobs import JobPartition
 from streams.pipeline import Origin, PartitionPipeline
 
 log = logging.getLogger("lockstep.agents")
+
+#: The ingest agent takes up to this many messages at once (all partitions), or what arrived within
+#: ``INGEST_BATCH_WITHIN_S``: one pipeline call per input partition per batch (docs/performance.md).
+INGEST_BATCH_MESSAGES = 2000
+INGEST_BATCH_WITHIN_S = 0.05
+#: Snapshots larger than this are split over several table keys (records are limited to 8 MiB).
+SNAPSHOT_CHUNK_BYTES = 4 * 1024 * 1024
+_CHUNKED = b"LOCKSTEP-CHUNKED:"
 
 
 def detector_config(settings: LockstepSettings) -> DetectorConfig:
@@ -84,6 +92,13 @@ class WorkerState:
     wm_dirty: bool = False
     last_snapshot_wm: dict[str, float] = field(default_factory=dict)
     finished_partitions: set[int] = field(default_factory=set)
+    # ingest (issue 8)
+    resume_check: set[str] = field(default_factory=set)
+    offset_resets: set[str] = field(default_factory=set)
+    resume_skipped: int = 0
+    resume_caught_up: int = 0
+    ingested_messages: int = 0
+    ingested_samples: int = 0
 
 
 def build_app(
@@ -164,16 +179,21 @@ def build_app(
         key = record.get("key")
         await send(dlq_topic, key.encode() if key else None, orjson.dumps(fit_dead_letter(record)))
 
-    def pipeline_for(origin: str) -> PartitionPipeline:
+    # --- ingest (issue 8: batches, snapshots that carry their input offset) -------------------------
+    resumes = ingest_resume_counter(metrics)
+
+    def pipeline_for(origin: str, partition: int) -> PartitionPipeline:
         pipe = state.pipelines.get(origin)
         if pipe is None:
             pipe = PartitionPipeline(origin, dcfg, inventory)
-            blob = detector_table.get(origin.encode())
+            blob = read_snapshot(detector_table, origin.encode())
             if blob:
                 try:
                     pipe.restore(blob)
                     metrics.restores.labels(DETECTOR_STATE_TABLE).inc()
-                    log.info("restored %s: %d series, watermark %s", origin, len(pipe.registry), pipe.watermark)
+                    state.resume_check.add(origin)
+                    log.info("restored %s: %d series, watermark %s, input offset %s", origin, len(pipe.registry),
+                             pipe.watermark, pipe.last_offset)
                 except Exception:
                     log.exception("snapshot of %s unusable; starting from an empty baseline", origin)
                     pipe = PartitionPipeline(origin, dcfg, inventory)
@@ -182,55 +202,171 @@ def build_app(
 
     @app.agent(telemetry_topic, name="ingest")
     async def ingest(stream: faust.StreamT[bytes]) -> None:
-        async for event in stream.events():
-            try:
-                await ingest_one(event)
-            except Exception as exc:  # a bug must not lose the message: park it, keep going
-                log.exception("ingest failed on %s[%s]@%s", event.message.topic, event.message.partition,
-                              event.message.offset)
-                await dead_letter(_dl("ingest", f"internal error: {exc!r}", event, error="InternalError"))
+        # Many messages at once: one pipeline call per input partition per batch, so the array work
+        # is paid per batch, not per message. Faust acks every event of a batch once it is handled.
+        batches = stream.take_events(INGEST_BATCH_MESSAGES, within=INGEST_BATCH_WITHIN_S)  # type: ignore[attr-defined]
+        async for events in batches:
+            groups: dict[tuple[str, int], list[Any]] = {}
+            for event in events:
+                msg = event.message
+                groups.setdefault((msg.topic, msg.partition), []).append(event)
+            for (topic, partition), group in groups.items():
+                try:
+                    await ingest_partition(topic, partition, group)
+                except Exception:  # a bug must not lose messages: retry one by one, park the one that fails
+                    log.exception("ingest batch failed on %s[%s]; retrying its %d messages one by one", topic,
+                                  partition, len(group))
+                    for event in group:
+                        try:
+                            await ingest_partition(topic, partition, [event])
+                        except Exception as exc:
+                            log.exception("ingest failed on %s[%s]@%s", topic, partition, event.message.offset)
+                            await dead_letter(_dl("ingest", f"internal error: {exc!r}", event, error="InternalError"))
 
-    async def ingest_one(event: Any) -> None:
-        msg = event.message
-        origin = Origin(msg.topic, msg.partition, msg.offset, msg.timestamp, msg.key)
-        pipe = pipeline_for(origin.name)
+    async def ingest_partition(topic: str, partition: int, events: list[Any]) -> None:
+        name = f"{topic}:{partition}"
+        pipe = pipeline_for(name, partition)
+        items = [(_raw(e.value), Origin(topic, partition, e.message.offset, e.message.timestamp, e.message.key))
+                 for e in events]
+        if name in state.resume_check:
+            state.resume_check.discard(name)
+            items = await resume(pipe, topic, partition, items)
+            if not items:
+                return
         started = time.perf_counter()
-        out = pipe.process(event.value, origin)
-        metrics.stage_seconds.labels("ingest").observe(time.perf_counter() - started)
-        metrics.messages_in.labels(msg.topic).inc()
+        out = pipe.process_many(items)
+        metrics.stage_seconds.labels("ingest_batch").observe(time.perf_counter() - started)
+        metrics.messages_in.labels(topic).inc(len(items))
+        state.ingested_messages += len(items)
+        state.ingested_samples += out.samples
         for layer, n in out.by_layer.items():
-            metrics.samples_in.labels(msg.topic, layer).inc(n)
+            metrics.samples_in.labels(topic, layer).inc(n)
         if out.out_of_order:
-            metrics.out_of_order.labels(msg.topic).inc(out.out_of_order)
+            metrics.out_of_order.labels(topic).inc(out.out_of_order)
         if out.duplicates:
-            metrics.duplicates.labels(msg.topic).inc(out.duplicates)
+            metrics.duplicates.labels(topic).inc(out.duplicates)
         if out.resets:
-            metrics.counter_resets.labels(msg.topic).inc(out.resets)
+            metrics.counter_resets.labels(topic).inc(out.resets)
         if out.unknown_metrics:
-            metrics.unknown_metrics.labels(msg.topic).inc(out.unknown_metrics)
+            metrics.unknown_metrics.labels(topic).inc(out.unknown_metrics)
         if out.unmapped_anomalies:
             metrics.unmapped.inc(out.unmapped_anomalies)
         for dl in out.dead_letters:
-            await dead_letter(dl.to_record(origin, (msg.timestamp or 0.0)))
+            await dead_letter(dl.to_record())
         for rec in out.anomalies:
             metrics.anomalies.labels(rec["layer"], rec["phase"]).inc()
             await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec))
-        for rec in out.points_records(origin.name):
-            await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec))
+        for rec in out.points_records(name):
+            await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY))
         # Publish progress only after the anomalies it covers were handed to the producer.
         if out.max_ts is not None and pipe.watermark is not None:
-            state.published_wm[origin.name] = pipe.watermark
+            state.published_wm[name] = pipe.watermark
             state.wm_dirty = True
         if out.control == "eos":
-            state.eos.add(origin.name)
+            state.eos.add(name)
             await broadcast_watermarks()
         if pipe.watermark is not None:
-            last = state.last_snapshot_wm.get(origin.name)
+            last = state.last_snapshot_wm.get(name)
             if last is None or pipe.watermark - last >= settings.snapshot_interval_s:
-                detector_table[origin.name.encode()] = pipe.snapshot()
-                state.last_snapshot_wm[origin.name] = pipe.watermark
-                metrics.snapshots.labels(DETECTOR_STATE_TABLE).inc()
-                metrics.series.labels(origin.name).set(len(pipe.registry))
+                await write_snapshot(pipe, partition)
+                state.last_snapshot_wm[name] = pipe.watermark
+
+    async def write_snapshot(pipe: PartitionPipeline, partition: int) -> None:
+        """Snapshot ``pipe`` (state after input offset ``pipe.last_offset``) into ``detector_state``.
+
+        Everything produced for the messages it covers is flushed first, so a snapshot that reached
+        the changelog never covers outputs that did not (see docs/performance.md, "Restart").
+        """
+        if emit is None:
+            await app.producer.flush()
+        blob = pipe.snapshot()
+        for key, value in snapshot_records(pipe.origin.encode(), blob):
+            table_put(detector_table, key, value, partition)
+        metrics.snapshots.labels(DETECTOR_STATE_TABLE).inc()
+        metrics.series.labels(pipe.origin).set(len(pipe.registry))
+
+    async def resume(pipe: PartitionPipeline, topic: str, partition: int,
+                     items: list[tuple[bytes, Origin]]) -> list[tuple[bytes, Origin]]:
+        """Make a restored pipeline consistent with where Faust resumed the partition.
+
+        The snapshot holds the state after input offset ``S``; Faust resumes at the committed offset
+        ``C``. ``C > S + 1``: the messages in between are read again for state only (their outputs were
+        produced before the commit). ``C <= S``: the messages up to ``S`` are already in the state and
+        their outputs were flushed before the snapshot was written: they are skipped.
+        """
+        snap = pipe.last_offset
+        first = items[0][1].offset
+        if snap is None or first is None or first == snap + 1:
+            return items
+        end = await partition_end(topic, partition)
+        if end is not None and snap >= end:
+            log.warning("%s: the snapshot's input offset %d is at or beyond the partition's end %d: the topic was "
+                        "recreated or truncated (a broker that lost its data?); keeping the learned baselines and "
+                        "processing every message from offset %d", pipe.origin, snap, end, first)
+            resumes.labels(pipe.origin, "offsets_reset").inc()
+            state.offset_resets.add(pipe.origin)
+            return items
+        if first <= snap:
+            kept = [it for it in items if it[1].offset is None or it[1].offset > snap]
+            state.resume_skipped += len(items) - len(kept)
+            resumes.labels(pipe.origin, "skipped_in_snapshot").inc()
+            log.info("%s: resumed at offset %d; offsets up to %d are already in the restored state: skipped %d",
+                     pipe.origin, first, snap, len(items) - len(kept))
+            return kept
+        if emit is not None:
+            log.warning("%s: %d messages between the snapshot (%d) and the commit (%d) cannot be read here",
+                        pipe.origin, first - snap - 1, snap, first)
+            return items
+        n = await catch_up(pipe, topic, partition, snap + 1, first)
+        state.resume_caught_up += n
+        resumes.labels(pipe.origin, "caught_up").inc()
+        log.info("%s: restored state caught up over offsets %d..%d (%d messages, state only)", pipe.origin,
+                 snap + 1, first - 1, n)
+        return items
+
+    async def partition_end(topic: str, partition: int) -> int | None:
+        if emit is not None:
+            return None
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, partition)
+            return int((await consumer.end_offsets([tp]))[tp])
+        except Exception:
+            log.exception("could not read the end offset of %s[%d]", topic, partition)
+            return None
+        finally:
+            await consumer.stop()
+
+    async def catch_up(pipe: PartitionPipeline, topic: str, partition: int, start: int, stop: int) -> int:
+        """Feed offsets ``[start, stop)`` of one partition to ``pipe`` for state only; outputs are dropped."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
+                                    fetch_max_wait_ms=50)
+        await consumer.start()
+        n = 0
+        try:
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, start)
+            while await consumer.position(tp) < stop:
+                batch = (await consumer.getmany(tp, timeout_ms=1000, max_records=INGEST_BATCH_MESSAGES)).get(tp, [])
+                items = [(_raw(m.value), Origin(topic, partition, m.offset, m.timestamp, m.key))
+                         for m in batch if m.offset < stop]
+                if not batch:
+                    break
+                if items:
+                    pipe.process_many(items)
+                    n += len(items)
+        except Exception:
+            log.exception("%s: catching up over %d..%d failed after %d messages; the baselines miss the rest",
+                          pipe.origin, start, stop - 1, n)
+        finally:
+            await consumer.stop()
+        return n
 
     async def broadcast_watermarks() -> None:
         if not state.published_wm and not state.eos:
@@ -332,6 +468,61 @@ def build_app(
     app.lockstep_state = state
     app.lockstep_metrics = metrics
     return app, state
+
+
+def _raw(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else bytes(value) if isinstance(value, bytearray | memoryview) else (
+        str(value).encode())
+
+
+def snapshot_records(key: bytes, blob: bytes, chunk: int = SNAPSHOT_CHUNK_BYTES) -> list[tuple[bytes, bytes]]:
+    """Table records for one snapshot: the blob itself, or its chunks (``key#i``) then a manifest at ``key``.
+
+    >>> [(k, len(v)) for k, v in snapshot_records(b"t:0", b"x" * 5, chunk=2)]
+    [(b't:0#0', 2), (b't:0#1', 2), (b't:0#2', 1), (b't:0', 18)]
+    >>> read_snapshot(dict(snapshot_records(b"t:0", b"abcde", chunk=2)), b"t:0")
+    b'abcde'
+    """
+    if len(blob) <= chunk:
+        return [(key, blob)]
+    parts = [blob[i: i + chunk] for i in range(0, len(blob), chunk)]
+    out = [(key + b"#%d" % i, part) for i, part in enumerate(parts)]
+    out.append((key, _CHUNKED + orjson.dumps(len(parts))))
+    return out
+
+
+def read_snapshot(table: Any, key: bytes) -> bytes | None:
+    """The snapshot at ``key`` (joining its chunks); None when there is none or a chunk is missing."""
+    value = table.get(key)
+    if not value or not value.startswith(_CHUNKED):
+        return value  # type: ignore[no-any-return]
+    n = int(orjson.loads(value[len(_CHUNKED):]))
+    parts = [table.get(key + b"#%d" % i) for i in range(n)]
+    if any(p is None for p in parts):
+        log.error("snapshot %r misses chunks; starting from an empty baseline", key)
+        return None
+    return b"".join(parts)
+
+
+def table_put(table: Any, key: bytes, value: bytes, partition: int) -> None:
+    """``table[key] = value`` with its changelog record on ``partition`` (the input partition it
+    describes), from anywhere: a batch of events has no single current event to take it from."""
+    table.data[key] = value
+    table.send_changelog(partition, key, value)
+
+
+def ingest_resume_counter(metrics: WorkerMetrics) -> Any:
+    """``lockstep_ingest_resumes_total{origin, how}``: how restored partitions were made consistent."""
+    counter = getattr(metrics, "_ingest_resumes", None)
+    if counter is None:
+        from prometheus_client import Counter
+
+        counter = Counter("lockstep_ingest_resumes_total",
+                          "Restored input partitions made consistent with the committed offset: caught_up (read "
+                          "again for state), skipped_in_snapshot, offsets_reset (topic recreated)",
+                          ["origin", "how"], registry=metrics.registry)
+        metrics._ingest_resumes = counter  # type: ignore[attr-defined]
+    return counter
 
 
 def fit_dead_letter(record: dict[str, Any], limit: int = MAX_RECORD_BYTES - 64 * 1024) -> dict[str, Any]:
