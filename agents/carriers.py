@@ -9,7 +9,9 @@ of its format (:meth:`agents.topics.TopicCatalogue.carrier_topics`; docs/contrac
 in replay files" and "Connecting exporters"). Each message is converted with
 :func:`streams.formats.convert`, the same code path as ``lockstep convert``:
 
-- ``ts`` and ``ingest_ts`` are the Kafka record time (formats without their own timestamps need it);
+- ``ts`` and ``ingest_ts`` are the collection time: the ``ts`` header when the producer set one
+  (replays do: they run long after the record time), else the Kafka record time (formats without
+  their own timestamps need it; :func:`collection_time`);
 - the Kafka headers are passed through (``source``, ``layer``, ``ts``, ``job_id``, ``device``,
   ``stream``, ``content-type``); without a ``stream`` header the record key is the stream (NCCL
   Inspector v4.3 context is carried per stream);
@@ -72,6 +74,7 @@ from models.inventory import inventory_adapter, inventory_key
 from models.samples import Layer
 from models.settings import LockstepSettings
 from streams.formats import AdapterState, Converted, FormatRejection, convert
+from streams.formats.base import parse_time_value
 
 if TYPE_CHECKING:
     from agents.metrics import WorkerMetrics
@@ -195,6 +198,22 @@ def message_headers(headers: Any, key: bytes | None) -> dict[str, bytes | str]:
     if key and not any(name.lower() == "stream" for name in out):
         out["stream"] = key
     return out
+
+
+def collection_time(headers: Mapping[str, bytes | str], record_ts: float | None) -> float | None:
+    """The collection time of a message: a valid ``ts`` header (Unix s/ms/us/ns or RFC 3339), else the record time.
+
+    >>> collection_time({"ts": b"2025-11-30T11:42:10Z"}, 1796023253.8), collection_time({}, 1796023253.8)
+    (1764502930.0, 1796023253.8)
+    """
+    for name, value in headers.items():
+        if name.lower() == "ts":
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            try:
+                return parse_time_value(text.strip(), "ts header")
+            except ValueError:
+                break
+    return record_ts
 
 
 def dead_letter_record(msg: CarrierMessage, *, reason: str, error: str, record: str | None,
@@ -365,8 +384,10 @@ def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalo
                                                  record=None))
             return
         started = time.perf_counter()
-        out: Converted = convert(carrier.format, value, headers=message_headers(m.headers, msg.key), state=state,
-                                 ts=msg.timestamp, ingest_ts=msg.timestamp)
+        headers = message_headers(m.headers, msg.key)
+        collected = collection_time(headers, msg.timestamp)
+        out: Converted = convert(carrier.format, value, headers=headers, state=state, ts=collected,
+                                 ingest_ts=collected)
         metrics.stage_seconds.labels("convert").observe(time.perf_counter() - started)
         cm.messages.labels(carrier.format).inc()
         for layer, key, batch in route_samples(out.samples):

@@ -7,18 +7,31 @@ After the last line an end-of-input marker goes to every telemetry partition; th
 every open window when all markers have arrived, and the alerts are then read back and written as
 JSON lines. Bad lines are reported on stderr with their line number and sent to ``dlq``; every good
 line is still processed.
+
+A line may also be a **real-format envelope** (docs/contracts.md, "Real formats in replay files"):
+``{"carrier": "<format>", "ts": <record time>, "headers": {...}, "payload": "<text>"}`` (or
+``payload_b64``; optional ``key``). Envelopes go to their carrier topic (``telemetry.raw.<format>``,
+``inventory.raw.<format>``) with ``ts`` as their collection time (the ``ts`` header), interleaved
+with the native messages in event-time order, and are converted by the worker's ``convert`` agents. Inventory
+envelopes are produced first and waited for (converted and loaded into the worker's inventory)
+before any telemetry. End of input with carriers follows the protocol in :mod:`agents.carriers`:
+an end-of-input marker on every partition of each carrier topic used, a wait until the worker's
+consumer group has committed past them (so every converted sample is on its native partition),
+and only then the native markers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import heapq
+import itertools
 import logging
 import math
 import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,11 +39,12 @@ from typing import Any, TextIO
 import orjson
 
 from agents.kafka import client_kwargs, start_producer
-from agents.topics import TopicCatalogue, create_topics
+from agents.topics import CarrierTopic, TopicCatalogue, carrier_formats, create_topics
 from lockstep.broker import EmbeddedBroker
 from lockstep.worker import Worker
 from models.inventory import inventory_key
 from models.settings import LockstepSettings
+from models.timeutil import TimestampError, parse_ts
 from streams.ingest import validate_record
 
 log = logging.getLogger("lockstep.replay")
@@ -45,11 +59,29 @@ class BadLine:
     raw: bytes
 
 
+@dataclass(frozen=True)
+class Envelope:
+    """One real-format message of a replay file (``{"carrier": ..., "ts": ..., "payload": ...}``)."""
+
+    line: int
+    carrier: str
+    ts: float
+    payload: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    key: str | None = None
+
+    def kafka_key(self) -> str:
+        """The record key: ``key``, else the ``source`` header, else the carrier name (one partition)."""
+        return self.key or self.headers.get("source") or self.carrier
+
+
 @dataclass
 class ReplayInput:
     inventory: list[tuple[float, int, Any]] = field(default_factory=list)
     samples: list[tuple[float, int, dict[str, Any], bytes]] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
+    #: Real-format envelopes, in event-time order.
+    envelopes: list[Envelope] = field(default_factory=list)
 
 
 def read_input(lines: Iterable[bytes]) -> ReplayInput:
@@ -82,21 +114,75 @@ def read_input(lines: Iterable[bytes]) -> ReplayInput:
                 out.bad.append(BadLine(number, f"inventory {doc.get('kind')}: {reason}", raw))
                 continue
             out.inventory.append((event.ts, number, event))
+        elif "carrier" in doc:
+            envelope, reason = parse_envelope(doc, number)
+            if envelope is None:
+                out.bad.append(BadLine(number, f"carrier envelope: {reason}", raw))
+                continue
+            out.envelopes.append(envelope)
         else:
             out.bad.append(BadLine(number, "neither a sample (no 'layer') nor an inventory event "
-                                           "(kind job|link|switch|pool)", raw))
+                                           "(kind job|link|switch|pool) nor a carrier envelope ('carrier')", raw))
     out.inventory.sort(key=lambda t: (t[0], t[1]))
     out.samples.sort(key=lambda t: (t[0], t[1]))
+    out.envelopes.sort(key=lambda e: (e.ts, e.line))
     return out
 
 
+_ENVELOPE_FIELDS = frozenset({"carrier", "ts", "headers", "payload", "payload_b64", "key"})
+
+
+def parse_envelope(doc: dict[str, Any], line: int) -> tuple[Envelope | None, str | None]:
+    """Validate a carrier envelope: ``(envelope, None)`` or ``(None, reason)``.
+
+    >>> env, _ = parse_envelope({"carrier": "prometheus", "ts": 1764502930, "payload": "up 1"}, 1)
+    >>> env.carrier, env.payload, env.kafka_key()
+    ('prometheus', b'up 1', 'prometheus')
+    >>> parse_envelope({"carrier": "dcgm-exporter", "ts": 1764502930, "payload": "x"}, 1)[1]
+    "'dcgm-exporter' scrapes ride the 'prometheus' carrier"
+    """
+    from agents.topics import CARRIED_AS
+
+    unknown = sorted(set(doc) - _ENVELOPE_FIELDS)
+    if unknown:
+        return None, f"unknown field(s) {', '.join(repr(u) for u in unknown)}"
+    carrier = doc.get("carrier")
+    formats = carrier_formats()
+    if not isinstance(carrier, str) or carrier not in formats:
+        if isinstance(carrier, str) and carrier in CARRIED_AS:
+            return None, f"{carrier!r} scrapes ride the {CARRIED_AS[carrier]!r} carrier"
+        return None, f"unknown carrier {str(carrier)[:40]!r}; carriers: {', '.join(sorted(formats))}"
+    if "ts" not in doc:
+        return None, "missing field 'ts' (the record time)"
+    try:
+        ts = parse_ts(doc["ts"])
+    except TimestampError as exc:
+        return None, f"ts: {exc}"
+    headers = doc.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        return None, "headers must be an object of strings"
+    key = doc.get("key")
+    if key is not None and (not isinstance(key, str) or not key):
+        return None, "key must be a non-empty string"
+    if ("payload" in doc) == ("payload_b64" in doc):
+        return None, "exactly one of 'payload' (text) and 'payload_b64' (base64 bytes) is required"
+    if "payload" in doc:
+        if not isinstance(doc["payload"], str):
+            return None, "payload must be a string (use payload_b64 for bytes)"
+        payload = doc["payload"].encode()
+    else:
+        try:
+            payload = base64.b64decode(doc["payload_b64"], validate=True)
+        except (TypeError, ValueError) as exc:
+            return None, f"payload_b64 is not base64: {exc}"
+    return Envelope(line, carrier, ts, payload, dict(headers), key), None
+
+
 def message_key(doc: dict[str, Any]) -> str:
-    """Partition key of a sample: the job for step samples, otherwise the source."""
-    if doc["layer"] == "step":
-        job = (doc.get("labels") or {}).get("job_id")
-        if isinstance(job, str) and job:
-            return job
-    return str(doc["source"])
+    """Partition key of a sample: the job for step samples, otherwise the source (as the convert agents key)."""
+    from agents.carriers import native_key
+
+    return native_key(doc)
 
 
 def batch_messages(samples: list[tuple[float, int, dict[str, Any], bytes]]) -> Iterable[tuple[str, str, list[bytes]]]:
@@ -155,6 +241,12 @@ async def replay(settings: LockstepSettings, input_path: Path, output: TextIO, *
                 "ts": 0.0, "retryable": False}))
         for _, _, event in data.inventory:
             await producer.send(cat.inventory, event.model_dump_json().encode(), key=inventory_key(event).encode())
+        carriers = {c.format: c for c in cat.carrier_topics()}
+        inventory_envelopes = [e for e in data.envelopes if carriers[e.carrier].produces == "inventory"]
+        telemetry_envelopes = [e for e in data.envelopes if carriers[e.carrier].produces == "samples"]
+        for envelope in inventory_envelopes:
+            await send_envelope(producer, carriers[envelope.carrier], envelope)
+        inventory_carriers = await end_carriers(producer, carriers, inventory_envelopes)
         await producer.flush()
 
         finished: set[int] = set()
@@ -167,10 +259,25 @@ async def replay(settings: LockstepSettings, input_path: Path, output: TextIO, *
 
         worker = Worker(settings, bootstrap, expected_origins=cat.telemetry_origins(), on_finished=on_finished)
         await worker.start()
+
+        def left() -> float:
+            return max(timeout_s - (time.monotonic() - started), 1.0)
+
+        if inventory_carriers:  # converted jobs/links must be in the worker's inventory before telemetry
+            await wait_converted(settings, bootstrap, inventory_carriers, left())
+            await wait_inventory_loaded(worker, settings, bootstrap, cat.inventory, left())
         messages = 0
-        for layer, key, raws in batch_messages(data.samples):
+        for item in event_time_order(data.samples, telemetry_envelopes):
+            if isinstance(item, Envelope):
+                await send_envelope(producer, carriers[item.carrier], item)
+                continue
+            layer, key, raws = item
             await producer.send(cat.telemetry(layer), b"[" + b",".join(raws) + b"]", key=key.encode())
             messages += 1
+        if telemetry_envelopes:  # native end-of-input only once every converted sample is on its partition
+            used = await end_carriers(producer, carriers, telemetry_envelopes)
+            await producer.flush()
+            await wait_converted(settings, bootstrap, used, left())
         eos = orjson.dumps({"lockstep_control": "eos"})
         for topic in cat.telemetry_topics:
             for partition in range(settings.partitions):
@@ -186,7 +293,8 @@ async def replay(settings: LockstepSettings, input_path: Path, output: TextIO, *
         output.flush()
         summary = {
             "samples": len(data.samples), "inventory": len(data.inventory), "bad_lines": len(data.bad),
-            "messages": messages, "alerts": len(alerts), "seconds": round(time.monotonic() - started, 2),
+            "messages": messages, "envelopes": len(data.envelopes), "alerts": len(alerts),
+            "seconds": round(time.monotonic() - started, 2),
         }
         log.info("replay done: %s", summary)
         return summary
@@ -197,6 +305,107 @@ async def replay(settings: LockstepSettings, input_path: Path, output: TextIO, *
             await producer.stop()
         if broker is not None:
             broker.stop()
+
+
+# -- real formats (carrier envelopes) ---------------------------------------------------------------
+
+def event_time_order(samples: list[tuple[float, int, dict[str, Any], bytes]],
+                     envelopes: list[Envelope]) -> Iterator[tuple[str, str, list[bytes]] | Envelope]:
+    """Native batches (:func:`batch_messages`, at their second) and envelopes (at their ``ts``), merged
+    in event time; at equal times the native batches of that second go first."""
+    def native() -> Iterator[tuple[float, int, int, tuple[str, str, list[bytes]]]]:
+        seq = itertools.count()
+        for sec, group in itertools.groupby(samples, key=lambda s: math.floor(s[0])):
+            for message in batch_messages(list(group)):
+                yield float(sec), 0, next(seq), message
+
+    carried = ((e.ts, 1, e.line, e) for e in envelopes)
+    merged: Iterator[tuple[float, int, int, tuple[str, str, list[bytes]] | Envelope]] = heapq.merge(
+        native(), carried, key=lambda item: item[:3])
+    for item in merged:
+        yield item[3]
+
+
+async def send_envelope(producer: Any, carrier: CarrierTopic, envelope: Envelope) -> None:
+    """Produce one envelope to its carrier topic.
+
+    The record time is the wall clock (a replay of an old incident must not produce records that
+    retention deletes at once); the envelope's ``ts`` travels as the ``ts`` header, which the
+    convert agents take as the collection time (an explicit ``ts`` header in the envelope wins).
+    """
+    headers = {"ts": repr(envelope.ts), **envelope.headers}
+    await producer.send(carrier.topic, envelope.payload, key=envelope.kafka_key().encode(),
+                        headers=[(name, value.encode()) for name, value in headers.items()])
+
+
+async def end_carriers(producer: Any, carriers: dict[str, CarrierTopic],
+                       envelopes: list[Envelope]) -> list[CarrierTopic]:
+    """An end-of-input marker on every partition of each carrier topic the envelopes used; those topics."""
+    used = [carriers[name] for name in sorted({e.carrier for e in envelopes})]
+    eos = orjson.dumps({"lockstep_control": "eos"})
+    for carrier in used:
+        for partition in range(carrier.partitions):
+            await producer.send(carrier.topic, eos, partition=partition)
+    return used
+
+
+async def wait_converted(settings: LockstepSettings, bootstrap: str, carriers: list[CarrierTopic],
+                         timeout_s: float) -> None:
+    """Wait until the worker's consumer group has committed every carrier partition to its end offset.
+
+    The convert agents flush their producer before acking an end-of-input marker (agents.carriers),
+    so a committed offset past the marker means everything converted before it is on the broker.
+    """
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    tps = [TopicPartition(c.topic, p) for c in carriers for p in range(c.partitions)]
+    consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        end = await consumer.end_offsets(tps)
+    finally:
+        await consumer.stop()
+    admin = AIOKafkaAdminClient(**client_kwargs(settings, bootstrap))
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            committed = await admin.list_consumer_group_offsets(settings.app_id, partitions=tps)
+            behind = [f"{tp.topic}:{tp.partition}" for tp in tps
+                      if end[tp] > 0 and (tp not in committed or committed[tp].offset < end[tp])]
+            if not behind:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the convert agents did not finish {', '.join(behind[:5])}")
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+
+
+async def wait_inventory_loaded(worker: Worker, settings: LockstepSettings, bootstrap: str, topic: str,
+                                timeout_s: float) -> None:
+    """Wait until the worker's inventory reader has taken in every record now in ``topic``."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await consumer.force_metadata_update()
+            parts = consumer.partitions_for_topic(topic) or set()
+        end = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+    finally:
+        await consumer.stop()
+    total = sum(end.values())  # replays write no tombstones: every record is applied or rejected
+    deadline = time.monotonic() + timeout_s
+    reader = worker.reader
+    assert reader is not None
+    while reader.applied + reader.rejected < total:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the inventory reader took in {reader.applied + reader.rejected} of {total} events")
+        await asyncio.sleep(0.05)
 
 
 async def read_topic(settings: LockstepSettings, bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Any]:
