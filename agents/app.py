@@ -38,7 +38,9 @@ from streams.correlate import CorrelatorConfig
 from streams.detect import DetectorConfig
 from streams.inventory import InventoryIndex
 from streams.jobs import JobPartition
+from streams.lanes import SignalsConfig
 from streams.pipeline import Origin, PartitionPipeline
+from streams.rules import Rules
 
 log = logging.getLogger("lockstep.agents")
 
@@ -65,7 +67,13 @@ def correlator_config(settings: LockstepSettings) -> CorrelatorConfig:
         allowed_lateness_s=settings.allowed_lateness_s, grace_s=settings.grace_s, lookback_s=settings.lookback_s,
         resolve_after_s=settings.resolve_after_s, critical_gpus=settings.critical_gpus,
         critical_ratio=settings.critical_ratio, idle_s=settings.watermark_idle_s, public_url=settings.public_url,
+        symptom_hold_s=settings.symptom_hold_s,
     )
+
+
+def signals_config(settings: LockstepSettings) -> SignalsConfig:
+    return SignalsConfig(allowed_lateness_s=settings.allowed_lateness_s,
+                         annotation_window_s=settings.annotation_window_s)
 
 
 class LockstepApp(faust.App):
@@ -111,6 +119,7 @@ def build_app(
     on_finished: Callable[[int], None] | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
     emit: Emit | None = None,
+    rules: Rules | None = None,
 ) -> tuple[LockstepApp, WorkerState]:
     """Build the Faust app and its agents.
 
@@ -125,6 +134,7 @@ def build_app(
     state = WorkerState(inventory)
     dcfg = detector_config(settings)
     ccfg = correlator_config(settings)
+    scfg = signals_config(settings)
     session = 10.0 if settings.embedded_broker else 30.0
     servers = [b.strip() for b in bootstrap.split(",") if b.strip()]
     app = LockstepApp(
@@ -384,7 +394,7 @@ def build_app(
     def correlator_for(partition: int) -> JobPartition:
         corr = state.correlators.get(partition)
         if corr is None:
-            corr = JobPartition(ccfg, inventory, expected_origins)
+            corr = JobPartition(ccfg, inventory, expected_origins, scfg, rules)
             blob = correlator_table.get(str(partition).encode())
             if blob:
                 try:
@@ -392,7 +402,7 @@ def build_app(
                     metrics.restores.labels(CORRELATOR_STATE_TABLE).inc()
                 except Exception:
                     log.exception("correlator snapshot of partition %d unusable; starting empty", partition)
-                    corr = JobPartition(ccfg, inventory, expected_origins)
+                    corr = JobPartition(ccfg, inventory, expected_origins, scfg, rules)
             state.correlators[partition] = corr
         return corr
 
@@ -407,6 +417,23 @@ def build_app(
         for alert in alerts:
             metrics.alerts.labels(alert["type"], alert["severity"], alert["status"]).inc()
             await send(alerts_topic, (alert.get("job_id") or "").encode(), orjson.dumps(alert))
+
+    annotations_topic = app.topic(cat.annotations, key_serializer="raw", value_serializer="raw", partitions=1)
+
+    @app.agent(annotations_topic, name="forward_annotations")
+    async def forward_annotations(stream: faust.StreamT[bytes]) -> None:
+        """Operator annotations join their job's correlation partition, in order with its evidence."""
+        from pydantic import ValidationError
+
+        from models.operator import AnnotationRecord
+
+        async for event in stream.events():
+            try:
+                rec = AnnotationRecord.model_validate_json(event.value)
+            except ValidationError as exc:
+                await dead_letter(_dl("forward_annotations", f"not an annotation: {exc.errors()[0]['msg']}", event))
+                continue
+            await send(anomalies_topic, rec.job_id.encode(), rec.model_dump_json().encode())
 
     @app.agent(anomalies_topic, name="correlate")
     async def correlate(stream: faust.StreamT[bytes]) -> None:
@@ -435,6 +462,8 @@ def build_app(
             return
         if out.late:
             metrics.late.inc(len(out.late))
+        for alert in out.inhibited:
+            metrics.inhibited.labels(alert["type"]).inc()
         await emit_results(out)
         wm = corr.watermark
         if math.isfinite(wm):

@@ -43,13 +43,25 @@ def parse_inventory(raw: bytes) -> tuple[Any | None, str | None]:
         return None, f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
 
 
-class InventoryReader:
-    def __init__(self, settings: LockstepSettings, bootstrap: str, topic: str, index: InventoryIndex,
-                 dead_letter: DeadLetterSink | None = None) -> None:
+Parser = Callable[[bytes], tuple[Any | None, str | None]]
+
+
+class GlobalTopicReader:
+    """Reads a whole topic (every partition, from the beginning, no group) into local state.
+
+    ``parse(raw) -> (item, None) | (None, reason)``; ``apply(item)`` folds a parsed item in. Items
+    that do not parse go to ``dead_letter`` with the reason and the original bytes.
+    """
+
+    stage = "global"
+
+    def __init__(self, settings: LockstepSettings, bootstrap: str, topic: str, parse: Parser,
+                 apply: Callable[[Any], None], dead_letter: DeadLetterSink | None = None) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
         self.topic = topic
-        self.index = index
+        self.parse = parse
+        self.apply = apply
         self.dead_letter = dead_letter
         self.consumer: AIOKafkaConsumer | None = None
         self.applied = 0
@@ -74,9 +86,9 @@ class InventoryReader:
         deadline = asyncio.get_running_loop().time() + timeout_s
         while not await _caught_up(consumer, tps, end):
             if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"inventory not loaded within {timeout_s}s")
+                raise TimeoutError(f"{self.topic} not loaded within {timeout_s}s")
             await self._poll(500)
-        log.info("inventory loaded: %d events (%d rejected)", self.applied, self.rejected)
+        log.info("%s loaded: %d records (%d rejected)", self.topic, self.applied, self.rejected)
         return self.applied
 
     async def _poll(self, timeout_ms: int) -> None:
@@ -86,12 +98,12 @@ class InventoryReader:
             for msg in messages:
                 if msg.value is None:  # a tombstone: compaction deletes the key
                     continue
-                event, reason = parse_inventory(msg.value)
+                event, reason = self.parse(msg.value)
                 if event is None:
                     self.rejected += 1
                     if self.dead_letter is not None:
                         await self.dead_letter({
-                            "stage": "inventory", "reason": reason, "error": "ValidationFailed",
+                            "stage": self.stage, "reason": reason, "error": "ValidationFailed",
                             "topic": tp.topic, "partition": tp.partition, "offset": msg.offset, "record": None,
                             "original": base64.b64encode(msg.value).decode("ascii"),
                             "original_size": len(msg.value),
@@ -99,7 +111,7 @@ class InventoryReader:
                             "ts": msg.timestamp / 1000.0, "retryable": False,
                         })
                     continue
-                self.index.apply(event)
+                self.apply(event)
                 self.applied += 1
 
     def follow(self) -> None:
@@ -112,10 +124,10 @@ class InventoryReader:
                 except asyncio.CancelledError:
                     raise
                 except Exception:
-                    log.exception("inventory follower failed; retrying in 1 s")
+                    log.exception("%s follower failed; retrying in 1 s", self.topic)
                     await asyncio.sleep(1.0)
 
-        self._task = asyncio.get_running_loop().create_task(loop(), name="inventory-follower")
+        self._task = asyncio.get_running_loop().create_task(loop(), name=f"follow-{self.topic}")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -131,3 +143,36 @@ async def _caught_up(consumer: Any, tps: list[Any], end: dict[Any, int]) -> bool
         if await consumer.position(tp) < end[tp]:
             return False
     return True
+
+
+class InventoryReader(GlobalTopicReader):
+    """The ``inventory`` topic into an :class:`InventoryIndex`."""
+
+    stage = "inventory"
+
+    def __init__(self, settings: LockstepSettings, bootstrap: str, topic: str, index: InventoryIndex,
+                 dead_letter: DeadLetterSink | None = None) -> None:
+        super().__init__(settings, bootstrap, topic, parse_inventory, index.apply, dead_letter)
+        self.index = index
+
+
+def parse_silence(raw: bytes) -> tuple[Any | None, str | None]:
+    """Decode one ``silences`` record (see models.operator.SilenceRecord)."""
+    from models.operator import SilenceRecord
+
+    try:
+        return SilenceRecord.model_validate_json(raw).model_dump(), None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return None, f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+
+
+class SilenceReader(GlobalTopicReader):
+    """The ``silences`` topic into the worker's :class:`streams.rules.Rules` (every worker holds all)."""
+
+    stage = "silences"
+
+    def __init__(self, settings: LockstepSettings, bootstrap: str, topic: str, rules: Any,
+                 dead_letter: DeadLetterSink | None = None) -> None:
+        super().__init__(settings, bootstrap, topic, parse_silence, rules.apply_record, dead_letter)

@@ -35,6 +35,8 @@ class WorkerMetrics:
                             registry=r)
         self.alerts = Counter("lockstep_alerts_total", "Alert records emitted", ["type", "severity", "status"],
                               registry=r)
+        self.inhibited = Counter("lockstep_alerts_inhibited_total",
+                                 "Symptom alerts not emitted because a cause alert inhibits them", ["type"], registry=r)
         self.stage_seconds = Histogram(
             "lockstep_stage_seconds", "Processing time per message and stage", ["stage"], registry=r,
             buckets=(1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0))

@@ -26,7 +26,7 @@ log = logging.getLogger("lockstep.worker")
 
 class Worker:
     def __init__(self, settings: LockstepSettings, bootstrap: str, *, expected_origins: set[str] | None = None,
-                 on_finished: Callable[[int], None] | None = None) -> None:
+                 on_finished: Callable[[int], None] | None = None, serve_web: bool = False) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
         self.catalogue = TopicCatalogue(settings)
@@ -38,6 +38,17 @@ class Worker:
         self.state: WorkerState | None = None
         self.reader: InventoryReader | None = None
         self._dlq_producer: Any = None
+        #: streams.rules.Rules (file + the silences topic) and its topic reader, set in start()
+        self.rules: Any = None
+        self.silences: Any = None
+        #: The HTTP API and timeline page (agents.web), when ``serve_web``; replay and tests run without.
+        self.serve_web = serve_web
+        self.web: Any = None
+
+    @property
+    def web_url(self) -> str | None:
+        """``http://host:port`` of the HTTP API and page (the port actually bound), or None."""
+        return self.web.url if self.web is not None else None
 
     async def _inventory_dead_letter(self, record: dict[str, Any]) -> None:
         self.metrics.dead_letters.labels(record["stage"], record["error"]).inc()
@@ -51,20 +62,40 @@ class Worker:
                                       self._inventory_dead_letter)
         await self.reader.load()
         self.metrics.inventory_events.set(self.reader.applied)
+        from agents.inventory_reader import SilenceReader
+        from streams.rules import default_rules, load_rules
+
+        if self.settings.rules_file is not None:
+            self.rules = load_rules(self.settings.rules_file.read_text(), str(self.settings.rules_file))
+        else:
+            self.rules = default_rules()
+        self.silences = SilenceReader(self.settings, self.bootstrap, self.catalogue.silences, self.rules,
+                                      self._inventory_dead_letter)
+        await self.silences.load()
         self.app, self.state = build_app(
             self.settings, self.bootstrap, self.inventory, metrics=self.metrics,
-            expected_origins=self.expected_origins, on_finished=self.on_finished,
+            expected_origins=self.expected_origins, on_finished=self.on_finished, rules=self.rules,
             loop=asyncio.get_running_loop())
         self.app.finalize()
         await self.app.start()
         self.reader.follow()
+        self.silences.follow()
+        if self.serve_web:
+            from agents.web import WebServer
+
+            self.web = WebServer(self)
+            await self.web.start()
         log.info("worker %s consuming from %s", self.settings.app_id, self.bootstrap)
 
     async def stop(self) -> None:
+        if self.web is not None:
+            await self.web.stop()
         if self.app is not None:
             await self.app.stop()
         if self.reader is not None:
             await self.reader.stop()
+        if self.silences is not None:
+            await self.silences.stop()
         if self._dlq_producer is not None:
             await self._dlq_producer.stop()
 

@@ -87,7 +87,7 @@ class OtherJob(BaseModel):
     relation: str = "same_switch"
 
 
-AlertType = Literal["job_slowdown", "clock_skew", "checkpoint_contention", "straggler"]
+AlertType = Literal["job_slowdown", "clock_skew", "checkpoint_contention", "gpu_utilisation", "straggler"]
 
 
 class Alert(BaseModel):
@@ -113,3 +113,5 @@ class Alert(BaseModel):
     summary: str
     labels: dict[str, str] = Field(default_factory=dict)
     details: dict[str, object] = Field(default_factory=dict)
+    silenced_by: list[str] = Field(default_factory=list, description="silences/maintenance windows muting it: "
+                                   "recorded, not notified")

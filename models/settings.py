@@ -126,6 +126,11 @@ class LockstepSettings(BaseSettings):
     critical_gpus: int = Field(default=64, ge=1)
     critical_ratio: float = Field(default=2.0, gt=1)
     clock_skew_tolerance_s: float = Field(default=0.25, gt=0)
+    rules_file: Path | None = Field(default=None, description="YAML: inhibition rules, silences, maintenance windows")
+    annotation_window_s: float = Field(default=300.0, gt=0, description="Step time compared this long before "
+                                       "and after an operator annotation")
+    symptom_hold_s: float = Field(default=10.0, ge=0, description="A symptom alert waits this long for a cause "
+                                  "alert that would inhibit it")
 
     # --- Operator surface --------------------------------------------------------------------
     api_token: SecretStr | None = Field(default=None, description="Bearer token for write endpoints")

@@ -29,6 +29,7 @@ from models.alerts import Alert
 from models.timeutil import format_ts
 from streams.contention import advice, find_contention, overlap_end
 from streams.inventory import InventoryIndex
+from streams.rules import Rules, default_rules
 
 #: Tie-break order among anomalies with the same onset: cause before effect.
 CAUSAL_RANK = {
@@ -112,6 +113,10 @@ class CorrelatorConfig:
     idle_s: float = 10.0
     timeline_limit: int = 40
     public_url: str | None = None
+    #: A symptom alert (GPU utilisation) waits this long after it is due for a cause alert to inhibit it.
+    symptom_hold_s: float = 10.0
+    #: Fraction of a job's GPUs whose utilisation must fall together for a gpu_utilisation alert.
+    gpu_fraction: float = 0.25
 
 
 def episode_key(rec: dict[str, Any]) -> str:
@@ -170,6 +175,9 @@ class JobTimeline:
     closed_until: float = -math.inf  # symptoms before this belong to a closed incident
     #: checkpoint contentions this job's partition raised, by "pool@t*" (alert, resolved)
     contentions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the GPU-utilisation symptom: {"start", "alert" | None, "inhibited_by", "resolved"}
+    gpu: dict[str, Any] | None = None
+    gpu_closed_until: float = -math.inf
 
     def all_episodes(self) -> list[Episode]:
         return [e for eps in self.episodes.values() for e in eps]
@@ -179,6 +187,7 @@ class JobTimeline:
 class CorrelatorOutput:
     alerts: list[dict[str, Any]] = field(default_factory=list)
     late: list[dict[str, Any]] = field(default_factory=list)
+    inhibited: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False
 
 
@@ -186,9 +195,12 @@ class Correlator:
     """Correlation state for the jobs of one ``anomalies`` partition."""
 
     def __init__(self, config: CorrelatorConfig, inventory: InventoryIndex,
-                 expected_origins: set[str] | None = None) -> None:
+                 expected_origins: set[str] | None = None, rules: Rules | None = None) -> None:
         self.config = config
         self.inventory = inventory
+        self.rules = rules if rules is not None else default_rules()
+        #: alerts of this partition still firing, by alert_id (inhibition sources; silence re-checks)
+        self.open_alerts: dict[str, dict[str, Any]] = {}
         self.expected = expected_origins
         self.origin_wm: dict[str, float] = {}
         self.origin_seen: dict[str, float] = {}
@@ -215,7 +227,7 @@ class Correlator:
         elif kind == "anomaly":
             self._add_anomaly(rec, out)
         elif kind == "clock":
-            out.alerts.append(self._clock_alert(rec))
+            self._emit(self._clock_alert(rec), float(rec["ts"]), out)
         self._advance(now_wall, out)
         return out
 
@@ -306,6 +318,7 @@ class Correlator:
                 if self.jobs[job_id].all_episodes() and self.watermark > -math.inf:
                     self._evaluate(self.jobs[job_id], self.watermark, out)
                     self._evaluate_contention(self.jobs[job_id], self.watermark, out)
+                    self._evaluate_gpu(self.jobs[job_id], self.watermark, out)
             self._dirty.clear()
             return
         self.watermark = wm
@@ -313,6 +326,8 @@ class Correlator:
         for job_id in sorted(self.jobs):
             self._evaluate(self.jobs[job_id], wm, out)
             self._evaluate_contention(self.jobs[job_id], wm, out)
+            self._evaluate_gpu(self.jobs[job_id], wm, out)
+        self._unsilence(wm, out)
         self._evict(wm)
         if self.expected is not None and not (self.expected - self.eos) and not self.finished:
             self.finished = True
@@ -330,7 +345,7 @@ class Correlator:
                 if ended and all(t is not None for t in ended):
                     cleared = max(t for t in ended if t is not None)
                     if wm >= cleared + cfg.resolve_after_s:
-                        out.alerts.append(self._resolve(job, inc, cleared))
+                        self._emit(self._resolve(job, inc, cleared), wm, out)
                         continue
                 return
             symptoms = sorted(
@@ -339,7 +354,107 @@ class Correlator:
             )
             if not symptoms or wm < symptoms[0].ts + cfg.grace_s:
                 return
-            out.alerts.append(self._fire(job, symptoms[0].ts, wm))
+            alert = self._fire(job, symptoms[0].ts, wm)
+            job.incident.alert = self._emit(alert, symptoms[0].ts + cfg.grace_s, out)  # type: ignore[union-attr]
+
+    # -- emission: silences, open alerts -------------------------------------------------------------
+    def _emit(self, alert: dict[str, Any], t: float, out: CorrelatorOutput) -> dict[str, Any]:
+        """Stamp the silences active at event time ``t``, track it while firing, and output it."""
+        alert["silenced_by"] = self.rules.silenced_by(alert, t)
+        if alert["status"] == "firing":
+            self.open_alerts[alert["alert_id"]] = alert
+        else:
+            self.open_alerts.pop(alert["alert_id"], None)
+        out.alerts.append(alert)
+        return alert
+
+    def _unsilence(self, wm: float, out: CorrelatorOutput) -> None:
+        """A silence or maintenance window ended while its alert still fires: emit it again, unmuted."""
+        for alert_id in sorted(self.open_alerts):
+            alert = self.open_alerts[alert_id]
+            if alert["silenced_by"] and self.rules.ended_between(alert["silenced_by"], wm):
+                again = dict(alert, details=dict(alert.get("details") or {}, unsilenced_after=alert["silenced_by"]))
+                self._emit(again, wm, out)
+                for job in self.jobs.values():
+                    if job.incident is not None and job.incident.alert.get("alert_id") == alert_id:
+                        job.incident.alert = again
+
+    # -- the GPU-utilisation symptom -------------------------------------------------------------------
+    def _evaluate_gpu(self, job: JobTimeline, wm: float, out: CorrelatorOutput) -> None:
+        """Many of a job's GPUs idle together: a gpu_utilisation alert, unless a cause alert inhibits it."""
+        cfg = self.config
+        state = job.gpu
+        if state is not None and not state["resolved"]:
+            eps = [e for e in job.all_episodes() if e.key in state["keys"]]
+            ends = [e.end_ts for e in eps]
+            if ends and all(t is not None for t in ends):
+                cleared = max(t for t in ends if t is not None)
+                if wm >= cleared + cfg.resolve_after_s:
+                    state["resolved"] = True
+                    job.gpu_closed_until = cleared
+                    if state["alert"] is not None:
+                        done = dict(state["alert"], status="resolved", resolved_at=format_ts(cleared))
+                        state["alert"] = self._emit(Alert.model_validate(done).model_dump(mode="json"), cleared, out)
+            return
+        info = self.inventory.job(job.job_id)
+        if info is None or info.gpus <= 0:
+            return
+        need = max(1, math.ceil(cfg.gpu_fraction * info.gpus))
+        drops = sorted((e for e in job.all_episodes() if e.start["layer"] == "gpu"
+                        and e.start["meaning"] == "utilisation" and e.start.get("direction") == "down"
+                        and e.ts > job.gpu_closed_until), key=lambda e: (e.ts, e.key))
+        if len(drops) < need:
+            return
+        t_star = None
+        for e in drops:
+            active = [d for d in drops if d.ts <= e.ts and (d.end_ts is None or e.ts < d.end_ts)]
+            if len(active) >= need:
+                t_star, members = e.ts, active
+                break
+        if t_star is None:
+            return
+        due = t_star + cfg.grace_s + cfg.symptom_hold_s
+        if wm < due:
+            return
+        horizon = due + cfg.allowed_lateness_s
+        members = [d for d in members if float(d.start.get("confirmed_ts", d.ts)) <= horizon]
+        if len(members) < need:
+            return
+        alert = self._gpu_alert(job, info, members, t_star, due)
+        sources = list(self.open_alerts.values())
+        if job.incident is not None:
+            sources.append(job.incident.alert)
+        inhibited_by = self.rules.inhibited_by(alert, sources)
+        job.gpu = {"start": t_star, "keys": sorted(d.key for d in drops if d.ts <= due), "resolved": False,
+                   "alert": None, "inhibited_by": inhibited_by}
+        if inhibited_by:
+            out.inhibited.append(alert)
+            return
+        job.gpu["alert"] = self._emit(alert, due, out)
+
+    def _gpu_alert(self, job: JobTimeline, info: Any, members: list[Episode], t_star: float,
+                   due: float) -> dict[str, Any]:
+        values = sorted(float(m.start["value"]) for m in members)
+        base = sorted(float(m.start.get("p50") or 0.0) for m in members)
+        value, baseline = values[len(values) // 2], base[len(base) // 2]
+        ratio = value / baseline if baseline else 0.0
+        dkey = f"gpu_utilisation/{job.job_id}"
+        nodes = sorted({m.start["source"] for m in members})
+        return Alert.model_validate({
+            "alert_id": alert_id_for(dkey, t_star), "dedup_key": dkey, "type": "gpu_utilisation",
+            "status": "firing", "severity": "error" if info.gpus >= self.config.critical_gpus else "warning",
+            "job_id": job.job_id, "gpus": info.gpus, "nodes": list(info.nodes), "started_at": format_ts(t_star),
+            "detected_at": format_ts(due), "resolved_at": None,
+            "symptom": {"layer": "gpu", "metric": members[0].start["metric"], "baseline": baseline, "value": value,
+                        "ratio": round(ratio, 3), "onset": format_ts(t_star)},
+            "root_cause": {"domain": "unknown", "layer": None, "source": None, "labels": {}, "metric": None,
+                           "first_seen": None, "reason": "GPU utilisation fell on many of the job's GPUs; no "
+                                                         "job slowdown with a cause was found"},
+            "timeline": self._timeline(members, t_star), "other_jobs": [],
+            "summary": (f"job {job.job_id}: utilisation of {len(members)} of {info.gpus} GPUs on {len(nodes)} "
+                        f"nodes fell to {value:.0f}% (p50 {baseline:.0f}%) since {format_ts(t_star)[11:19]}"),
+            "labels": {"alertname": "gpu_utilisation", "job_id": job.job_id},
+        }).model_dump(mode="json")
 
     def _evaluate_contention(self, job: JobTimeline, wm: float, out: CorrelatorOutput) -> None:
         cfg = self.config
@@ -354,9 +469,8 @@ class Correlator:
                        if d.pool == c.pool and abs(d.start - c.start) < 1e-9]
             if not settled:
                 continue
-            alert = self._contention_alert(settled[0], due, wm, resolved_at=None)
+            alert = self._emit(self._contention_alert(settled[0], due, wm, resolved_at=None), due, out)
             job.contentions[key] = {"alert": alert, "resolved": False, "due": due}
-            out.alerts.append(alert)
         for key, state in job.contentions.items():
             if state["resolved"]:
                 continue
@@ -368,8 +482,7 @@ class Correlator:
             lat_end = current[0].latency.end_ts
             if lat_end is not None and wm >= lat_end + cfg.resolve_after_s:
                 alert = self._contention_alert(current[0], float(state["due"]), wm, resolved_at=lat_end)
-                state["alert"], state["resolved"] = alert, True
-                out.alerts.append(alert)
+                state["alert"], state["resolved"] = self._emit(alert, lat_end, out), True
 
     def _contention_alert(self, c: Any, due: float, wm: float, resolved_at: float | None) -> dict[str, Any]:
         now = resolved_at if resolved_at is not None else due
@@ -571,6 +684,7 @@ class Correlator:
         return {
             "origin_wm": self.origin_wm, "eos": sorted(self.eos), "watermark": _num(self.watermark),
             "max_event_ts": _num(self.max_event_ts), "late_count": self.late_count,
+            "open_alerts": self.open_alerts,
             "jobs": {
                 jid: {
                     "closed_until": _num(job.closed_until),
@@ -579,6 +693,7 @@ class Correlator:
                         "alert": job.incident.alert, "onset": job.incident.onset,
                         "symptom_keys": sorted(job.incident.symptom_keys)},
                     "contentions": job.contentions,
+                    "gpu": job.gpu, "gpu_closed_until": _num(job.gpu_closed_until),
                 } for jid, job in self.jobs.items()
             },
         }
@@ -590,6 +705,7 @@ class Correlator:
         self.watermark = _unnum(data["watermark"])
         self.max_event_ts = _unnum(data["max_event_ts"])
         self.late_count = int(data["late_count"])
+        self.open_alerts = dict(data.get("open_alerts", {}))
         self.jobs = {}
         for jid, jd in data["jobs"].items():
             job = JobTimeline(jid, closed_until=_unnum(jd["closed_until"]))
@@ -599,6 +715,8 @@ class Correlator:
                 job.incident = Incident(jd["incident"]["alert"], jd["incident"]["onset"],
                                         set(jd["incident"]["symptom_keys"]))
             job.contentions = dict(jd.get("contentions", {}))
+            job.gpu = jd.get("gpu")
+            job.gpu_closed_until = _unnum(jd.get("gpu_closed_until", "-inf"))
             self.jobs[jid] = job
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from streams.correlate import Correlator, CorrelatorConfig
 from streams.inventory import InventoryIndex
 from streams.lanes import JobSignals, SignalsConfig
+from streams.rules import Rules
 from streams.snapshot import pack, unpack
 
 
@@ -23,14 +24,16 @@ class PartitionResult:
     timelines: list[dict[str, Any]] = field(default_factory=list)
     stats: list[dict[str, Any]] = field(default_factory=list)
     late: list[dict[str, Any]] = field(default_factory=list)
+    inhibited: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False
     changed: bool = False
 
 
 class JobPartition:
     def __init__(self, config: CorrelatorConfig, inventory: InventoryIndex,
-                 expected_origins: set[str] | None = None, signals: SignalsConfig | None = None) -> None:
-        self.correlator = Correlator(config, inventory, expected_origins)
+                 expected_origins: set[str] | None = None, signals: SignalsConfig | None = None,
+                 rules: Rules | None = None) -> None:
+        self.correlator = Correlator(config, inventory, expected_origins, rules)
         self.signals = JobSignals(signals or SignalsConfig(allowed_lateness_s=config.allowed_lateness_s))
         self.last_offset: int | None = None
 
@@ -47,9 +50,13 @@ class JobPartition:
         before = self.correlator.watermark
         if kind == "points":
             self.signals.add(rec)
-        elif kind in ("anomaly", "watermark"):
+        elif kind == "annotation":
+            self.signals.annotate(rec)
+            res.changed = True
+        elif kind in ("anomaly", "watermark", "clock"):
             out = self.correlator.on_record(rec, now_wall)
             res.alerts, res.late, res.finished = out.alerts, out.late, out.finished
+            res.inhibited = out.inhibited
             res.changed = kind == "anomaly" or bool(out.alerts)
         else:
             raise ValueError(f"unknown record type {str(kind)[:40]!r}")

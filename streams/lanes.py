@@ -65,6 +65,8 @@ def lane_of(layer: str, meaning: str) -> str | None:
 class SignalsConfig:
     allowed_lateness_s: float = 5.0
     history_s: float = 3600.0
+    #: Step time is compared over this long before and after an operator annotation.
+    annotation_window_s: float = 300.0
     stats: StatsConfig = field(default_factory=StatsConfig)
 
 
@@ -78,6 +80,36 @@ class JobSignals:
         self.stats = JobStatsSummariser(self.config.stats)
         self.step_history: dict[str, deque[tuple[float, float, float]]] = {}
         self.late_points = 0
+        self.annotations: list[dict[str, Any]] = []
+
+    def annotate(self, rec: dict[str, Any]) -> None:
+        """An operator change (``annotation`` record): its before/after is reported once the window has passed."""
+        if not any(a["annotation_id"] == rec["annotation_id"] for a in self.annotations):
+            self.annotations.append({k: rec[k] for k in ("annotation_id", "job_id", "ts", "kind", "text")
+                                     if k in rec})
+
+    def _annotation_effects(self, watermark: float) -> list[dict[str, Any]]:
+        """``annotation_effect`` records for annotations whose after-window is complete."""
+        w = self.config.annotation_window_s
+        out, keep = [], []
+        for a in sorted(self.annotations, key=lambda a: (a["ts"], a["annotation_id"])):
+            if watermark < a["ts"] + w:
+                keep.append(a)
+                continue
+            before = self.step_times(a["job_id"], a["ts"] - w, a["ts"])
+            after = self.step_times(a["job_id"], a["ts"], a["ts"] + w)
+
+            def summary(x: np.ndarray) -> dict[str, float | int | None]:
+                if x.size == 0:
+                    return {"n": 0, "p50": None, "p99": None}
+                return {"n": int(x.size), "p50": float(np.percentile(x, 50)), "p99": float(np.percentile(x, 99))}
+
+            b, f = summary(before), summary(after)
+            change = (f["p50"] / b["p50"]) if b["p50"] and f["p50"] is not None else None
+            out.append({"type": "annotation_effect", **a, "window_s": w, "metric": "step_time",
+                        "before": b, "after": f, "p50_ratio": round(change, 4) if change is not None else None})
+        self.annotations = keep
+        return out
 
     def add(self, rec: dict[str, Any]) -> None:
         """Fold a ``points`` record: ``{"job_id", "lanes": {lane: [[ts, value], ...]}}``."""
@@ -126,6 +158,7 @@ class JobSignals:
         # Stats see each completed second once, in one sketch update (values carry their second's time).
         self.stats.add_batch(stat_keys, stat_ts, stat_values)
         stats = self.stats.advance(watermark) if math.isfinite(watermark) else []
+        stats += self._annotation_effects(watermark)
         return timelines, stats
 
     def step_times(self, job_id: str, start: float, end: float) -> np.ndarray:
@@ -139,6 +172,7 @@ class JobSignals:
             "pending": [[job, sec, lanes] for (job, sec), lanes in self.pending.items()],
             "emitted_until": self.emitted_until if math.isfinite(self.emitted_until) else None,
             "step_history": {job: list(h) for job, h in self.step_history.items()},
+            "annotations": self.annotations,
         }
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -148,4 +182,5 @@ class JobSignals:
                 self.pending[(job, int(sec))][lane].extend(values)
         eu = data["emitted_until"]
         self.emitted_until = -math.inf if eu is None else float(eu)
-        self.step_history = {job: deque(tuple(x) for x in h) for job, h in data["step_history"].items()}  # type: ignore[misc]
+        self.step_history = {job: deque(tuple(x) for x in h) for job, h in data["step_history"].items()}
+        self.annotations = list(data.get("annotations", []))
