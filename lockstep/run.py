@@ -19,6 +19,7 @@ import orjson
 
 from agents.kafka import client_kwargs, start_producer
 from agents.topics import TopicCatalogue, create_topics
+from agents.web import port_available
 from lockstep.broker import EmbeddedBroker
 from lockstep.render import render_alert
 from lockstep.replay import message_key
@@ -115,11 +116,15 @@ async def run(settings: LockstepSettings, *, scenario: str = "seed-incident", sp
             event = inventory_adapter.validate_python(msg.value)
             await producer.send(cat.inventory, event.model_dump_json().encode(), key=inventory_key(event).encode())
         await producer.stop()
-        worker = Worker(settings, bootstrap)
+        if settings.web_port and not port_available(settings.web_host, settings.web_port):
+            out.write(f"lockstep: port {settings.web_port} is in use; the page goes on a free port instead\n")
+            settings = settings.model_copy(update={"web_port": 0})
+        worker = Worker(settings, bootstrap, serve_web=True)
         await worker.start()
         sc = SCENARIOS[scenario]
         out.write(f"lockstep: worker up; simulating {len(sim.nodes)} nodes x {sim.cluster.gpus_per_node} GPUs, "
                   f"{len(sim.cluster.jobs)} jobs; scenario {scenario} at {speed:g}x ({sc.description})\n")
+        out.write(f"lockstep: timeline page at {worker.web_url}/\n")
         out.write("lockstep: waiting for alerts (Ctrl-C to stop)\n")
         out.flush()
 

@@ -42,9 +42,10 @@ async def _main(settings: LockstepSettings, create: bool) -> int:
             print(f"lockstep worker: embedded broker on {bootstrap} (pid {broker.pid})", file=sys.stderr)
         if create:
             await create_topics(settings, bootstrap)
-        worker = Worker(settings, bootstrap)
+        worker = Worker(settings, bootstrap, serve_web=True)
         await worker.start()
-        print(f"lockstep worker: consuming from {bootstrap} as {settings.app_id}", file=sys.stderr)
+        print(f"lockstep worker: consuming from {bootstrap} as {settings.app_id}; API and page at "
+              f"{worker.web_url}/", file=sys.stderr)
         await stop.wait()
         return 0
     finally:

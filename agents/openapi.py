@@ -1,0 +1,258 @@
+"""The OpenAPI 3.1 document of the worker's HTTP API (served at ``/openapi.json``).
+
+Written by hand next to the routes in :mod:`agents.web`, with the request and record schemas taken
+from the pydantic contracts (:mod:`models.operator`, :mod:`models.alerts`), so they cannot drift.
+The tests validate the document (openapi-spec-validator) and every response of a worker fed the
+seed incident against it (tests/web/test_api.py).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+
+from lockstep import __version__
+from models.alerts import Alert
+from models.operator import AnnotationRecord, AnnotationRequest, SilenceRecord, SilenceRequest
+from streams.lanes import LANE_ORDER
+
+REF = "#/components/schemas/{model}"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": REF.format(model=name)}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+NUM = {"type": "number"}
+INT = {"type": "integer"}
+STR = {"type": "string"}
+BOOL = {"type": "boolean"}
+OBJ = {"type": "object"}
+NSTR = {"type": ["string", "null"]}
+NNUM = {"type": ["number", "null"]}
+NINT = {"type": ["integer", "null"]}
+
+
+def _arr(items: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return {"type": "array", "items": items, **kw}
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None, **kw: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": list(props) if required is None else required, **kw}
+
+
+def _pydantic(model: type[BaseModel], components: dict[str, Any], mode: str = "serialization") -> None:
+    schema = model.model_json_schema(ref_template=REF, mode=mode)  # type: ignore[arg-type]
+    for name, sub in schema.pop("$defs", {}).items():
+        components[name] = sub
+    components[model.__name__] = schema
+
+
+def _schemas() -> dict[str, Any]:
+    s: dict[str, Any] = {}
+    _pydantic(Alert, s)
+    _pydantic(AnnotationRecord, s)
+    _pydantic(SilenceRecord, s)
+    _pydantic(AnnotationRequest, s, mode="validation")
+    _pydantic(SilenceRequest, s, mode="validation")
+    s["Error"] = _obj({"error": STR, "status": INT, "detail": _arr(_obj({"field": NSTR, "message": STR}))},
+                      ["error", "status"])
+    s["FirstMover"] = _obj({
+        "domain": STR, "layer": STR, "source": STR, "labels": {"type": "object", "additionalProperties": STR},
+        "metric": NSTR, "meaning": NSTR, "first_seen": NSTR, "ts": NNUM, "lane": NSTR, "where": STR, "reason": STR})
+    s["JobAlert"] = _obj({"alert_id": STR, "status": STR, "severity": STR, "domain": NSTR, "started_at": STR,
+                          "resolved_at": NSTR, "summary": NSTR, "first_mover": _nullable(_ref("FirstMover"))})
+    s["JobStatus"] = _obj({
+        "job_id": STR, "name": NSTR, "state": STR,
+        "status": {"enum": ["degraded", "recovered", "ok", "no_data", "ended"]},
+        "gpus": NINT, "nodes": NINT, "pools": _arr(STR), "last_seen": NNUM, "last_seen_iso": NSTR,
+        "step_time": _nullable(_obj({"p50": NNUM, "baseline_p50": NNUM, "ratio": NNUM})), "gpu_util": NNUM,
+        "alert": _nullable(_ref("JobAlert"))})
+    s["JobList"] = _obj({"jobs": _arr(_ref("JobStatus")), "as_of": NNUM})
+    s["Path"] = _obj({"node": STR, "device": STR, "port": STR, "switch": STR, "switch_port": STR, "fabric": STR,
+                      "spines": _arr(STR)})
+    s["Leaf"] = _obj({"switch": STR, "tier": STR, "ports": _arr(STR), "nodes": _arr(STR), "spines": _arr(STR)})
+    s["Pool"] = _obj({"pool": STR, "switches": _arr(STR),
+                      "shared_with": _arr(_obj({"job_id": STR, "gpus": INT}))})
+    s["JobDetail"] = {"allOf": [_ref("JobStatus"), _obj({
+        "gpus_per_node": NINT, "node_list": _arr(STR), "hostlist": STR, "gpu_list": _arr(STR),
+        "paths": _arr(_ref("Path")), "leaves": _arr(_ref("Leaf")), "spines": _arr(STR), "fabrics": _arr(STR),
+        "pools": _arr(_ref("Pool")), "start": NNUM, "end": NNUM, "inventory": BOOL})]}
+    series = _arr(NNUM)
+    s["Lane"] = _obj({
+        "lane": {"enum": list(LANE_ORDER)}, "title": STR, "unit": STR, "layers": STR, "has_data": BOOL,
+        "p50": series, "p99": series, "min": series, "max": series, "n": series,
+        "baseline": _obj({"p50": NNUM, "p99": NNUM, "from": NUM, "to": NUM})})
+    s["Marker"] = _obj({
+        "lane": {"enum": list(LANE_ORDER)}, "ts": NUM, "end_ts": NNUM, "layer": STR, "source": STR,
+        "labels": {"type": "object", "additionalProperties": STR}, "where": STR, "metric": STR, "meaning": NSTR,
+        "role": NSTR, "direction": NSTR, "value": NNUM, "p50": NNUM, "p99": NNUM, "score": NNUM, "entities": INT})
+    s["Incident"] = _obj({"alert_id": STR, "status": STR, "severity": STR, "domain": NSTR, "start": NUM,
+                          "onset": NUM, "detected": NNUM, "end": NNUM, "summary": NSTR,
+                          "first_mover": _nullable(_ref("FirstMover"))})
+    s["Timeline"] = _obj({
+        "job_id": STR, "from": NUM, "to": NUM, "from_iso": STR, "to_iso": STR,
+        "step": {"type": "integer", "minimum": 1}, "ts": _arr(NUM), "lanes": _arr(_ref("Lane")),
+        "anomalies": _arr(_ref("Marker")), "incidents": _arr(_ref("Incident")),
+        "incident": _nullable(_ref("Incident")), "first_mover": _nullable(_ref("FirstMover")),
+        "annotations": _arr(_ref("AnnotationRecord")), "as_of": NNUM})
+    s["Answer"] = _obj({"n": {"type": "integer", "minimum": 1, "maximum": 7},
+                        "key": {"enum": ["gpus", "nodes", "paths", "storage", "change", "domain", "after_fix"]},
+                        "question": STR, "answer": STR, "evidence": OBJ})
+    s["Diagnosis"] = _obj({
+        "job_id": STR, "name": NSTR, "status": STR, "as_of": NNUM, "as_of_iso": NSTR, "alert_id": NSTR,
+        "gpus": NINT, "nodes": NINT, "pools": _arr(STR), "domain": NSTR,
+        "first_mover": _nullable(_ref("FirstMover")), "answers": _arr(_ref("Answer"), minItems=7, maxItems=7)})
+    lifecycle = _arr(_obj({"status": STR, "at": NSTR}))
+    s["AlertSummary"] = _obj({
+        "alert_id": STR, "job_id": NSTR, "type": STR, "status": {"enum": ["firing", "resolved"]}, "severity": STR,
+        "gpus": NINT, "nodes": INT, "started_at": STR, "detected_at": NSTR, "resolved_at": NSTR, "domain": NSTR,
+        "first_mover": _nullable(_ref("FirstMover")), "summary": NSTR, "dedup_key": STR, "lifecycle": lifecycle,
+        "silenced_by": _arr(STR)})
+    s["AlertList"] = _obj({"alerts": _arr(_ref("AlertSummary"))})
+    s["AlertDetail"] = {"allOf": [_ref("AlertSummary"), _obj({"alert": _ref("Alert"),
+                                                               "firing": _nullable(_ref("Alert"))})]}
+    s["FabricPort"] = _obj({
+        "switch": STR, "port": STR, "tier": STR, "uplinks": _arr(STR),
+        "nodes": _arr(_obj({"node": STR, "device": STR, "nic_port": STR, "fabric": STR,
+                            "jobs": _arr(_obj({"job_id": STR, "gpus": INT}))})),
+        "jobs": _arr(_obj({"job_id": STR, "name": NSTR, "gpus_total": INT, "gpus_behind_port": INT,
+                           "nodes_behind_port": _arr(STR)})),
+        "gpus_behind_port": INT,
+        "switch_jobs": _arr(_obj({"job_id": STR, "gpus": INT, "behind_this_port": BOOL})),
+        "anomalies": _arr(OBJ), "alerts": _arr(OBJ)})
+    s["AnnotationList"] = _obj({"annotations": _arr(_ref("AnnotationRecord"))})
+    s["Silence"] = {"allOf": [_ref("SilenceRecord"), _obj({
+        "state": {"enum": ["pending", "active", "expired"]}, "starts_at_iso": STR, "ends_at_iso": STR,
+        "created_at_iso": STR, "updated_at_iso": STR})]}
+    s["SilenceList"] = _obj({"silences": _arr(_ref("Silence"))})
+    s["Ready"] = _obj({"ready": BOOL, "checks": _obj({"inventory": BOOL, "agents": BOOL, "read_model": BOOL}),
+                       "inventory_jobs": INT, "read_model": OBJ})
+    s["Health"] = _obj({"status": {"const": "ok"}})
+    return s
+
+
+def _json_response(description: str, schema: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(schema)}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    text = {400: "Bad input (the message names the field or parameter)", 401: "Missing or invalid bearer token",
+            403: "Writes are disabled (no LOCKSTEP_API_TOKEN configured)", 404: "Not found",
+            415: "The body is not application/json", 503: "Kafka did not take the write (retry)"}
+    return {str(c): _json_response(text[c], "Error") for c in codes}
+
+
+def _param(name: str, where: str, description: str, schema: dict[str, Any] | None = None,
+           required: bool | None = None) -> dict[str, Any]:
+    return {"name": name, "in": where, "description": description, "schema": schema or STR,
+            "required": where == "path" if required is None else required}
+
+
+TIME = {"anyOf": [{"type": "number"}, {"type": "string", "format": "date-time"}]}
+JOB = _param("job_id", "path", "Job id, as in the inventory (e.g. llm-70b)")
+ALERT_Q = _param("alert", "query", "An alert id of this job: the incident to examine")
+BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
+
+
+def _get(op_id: str, summary: str, response: str, *, params: list[dict[str, Any]] | None = None,
+         errors: tuple[int, ...] = (), tag: str = "read", description: str = "") -> dict[str, Any]:
+    op: dict[str, Any] = {"operationId": op_id, "summary": summary, "tags": [tag],
+                          "responses": {"200": _json_response(summary, response), **_errors(*errors)}}
+    if params:
+        op["parameters"] = params
+    if description:
+        op["description"] = description
+    return {"get": op}
+
+
+@cache
+def _document() -> dict[str, Any]:
+    paths: dict[str, Any] = {
+        "/healthz": _get("healthz", "The process is up", "Health", tag="operations"),
+        "/readyz": {"get": {
+            "operationId": "readyz", "summary": "Ready: inventory loaded, agents running, read model caught up",
+            "tags": ["operations"],
+            "responses": {"200": _json_response("Ready", "Ready"), "503": _json_response("Not ready yet", "Ready")}}},
+        "/metrics": {"get": {
+            "operationId": "metrics", "summary": "Prometheus metrics of this worker", "tags": ["operations"],
+            "responses": {"200": {"description": "Prometheus text exposition format",
+                                  "content": {"text/plain": {"schema": STR}}}}}},
+        "/jobs": _get("listJobs", "Every job with its live status", "JobList"),
+        "/jobs/{job_id}": _get("getJob", "A job's GPUs, nodes, NIC -> leaf -> spine paths and pools", "JobDetail",
+                               params=[JOB], errors=(404,)),
+        "/jobs/{job_id}/timeline": _get(
+            "getTimeline", "The job's lanes on one time axis, anomalies, first mover, incident window", "Timeline",
+            params=[JOB, _param("from", "query", "Start (Unix seconds or RFC 3339)", TIME, False),
+                    _param("to", "query", "End, exclusive (Unix seconds or RFC 3339)", TIME, False),
+                    _param("step", "query", "Seconds per point (1-60; default: at most 900 points)",
+                           {"type": "integer", "minimum": 1, "maximum": 60}, False), ALERT_Q],
+            errors=(400, 404),
+            description="Without from/to: around `alert`'s incident, else the last 15 minutes held for the job."),
+        "/jobs/{job_id}/diagnosis": _get("getDiagnosis", "The seven answers with their evidence", "Diagnosis",
+                                         params=[JOB, ALERT_Q], errors=(400, 404)),
+        "/alerts": _get("listAlerts", "Alerts with their lifecycle, newest first", "AlertList", params=[
+            _param("job", "query", "Only this job's alerts"),
+            _param("status", "query", "Only firing or only resolved", {"enum": ["firing", "resolved"]}),
+            _param("limit", "query", "At most this many (1-1000, default 100)",
+                   {"type": "integer", "minimum": 1, "maximum": 1000})], errors=(400,)),
+        "/alerts/{alert_id}": _get("getAlert", "One alert: latest record, first firing record, lifecycle",
+                                   "AlertDetail", params=[_param("alert_id", "path", "Alert id")], errors=(404,)),
+        "/fabric/{switch}/{port}": _get(
+            "getFabricPort", "Who is behind a switch port: nodes, jobs, GPU counts", "FabricPort",
+            params=[_param("switch", "path", "Switch name (e.g. leaf03)"), _param("port", "path", "Port (e.g. 17)")],
+            errors=(404,)),
+        "/annotations": {
+            **_get("listAnnotations", "Operator annotations, oldest first", "AnnotationList",
+                   params=[_param("job", "query", "Only this job's annotations")]),
+            "post": {"operationId": "createAnnotation", "summary": "Record a fix or change on a job (needs the token)",
+                     "tags": ["write"], "security": BEARER,
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": _ref("AnnotationRequest")}}},
+                     "responses": {"201": _json_response("The annotation written", "AnnotationRecord"),
+                                   **_errors(400, 401, 403, 415, 503)}}},
+        "/silences": {
+            **_get("listSilences", "Silences, active first", "SilenceList",
+                   params=[_param("state", "query", "Only this state",
+                                  {"enum": ["active", "pending", "expired"]})], errors=(400,)),
+            "post": {"operationId": "createSilence", "summary": "Silence alerts matching labels (needs the token)",
+                     "tags": ["write"], "security": BEARER,
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": _ref("SilenceRequest")}}},
+                     "responses": {"201": _json_response("The silence written", "Silence"),
+                                   **_errors(400, 401, 403, 415, 503)}}},
+        "/silences/{silence_id}": {
+            **_get("getSilence", "One silence", "Silence", params=[_param("silence_id", "path", "Silence id")],
+                   errors=(404,)),
+            "delete": {"operationId": "expireSilence", "summary": "Expire a silence now (needs the token)",
+                       "tags": ["write"], "security": BEARER,
+                       "parameters": [_param("silence_id", "path", "Silence id")],
+                       "responses": {"200": _json_response("The silence, expired", "Silence"),
+                                     **_errors(401, 403, 404, 503)}}},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Lockstep operator API", "version": __version__,
+                 "description": "Jobs, timelines, the seven answers, alerts, fabric ports, annotations and "
+                                "silences, answered by any worker (docs/api.md)."},
+        "paths": paths,
+        "components": {"schemas": _schemas(), "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "LOCKSTEP_API_TOKEN"}}},
+        "tags": [{"name": "read", "description": "Open to anyone who reaches the port"},
+                 {"name": "write", "description": "Need Authorization: Bearer <LOCKSTEP_API_TOKEN>"},
+                 {"name": "operations", "description": "Probes and metrics"}],
+    }
+
+
+def openapi_document(public_url: str | None = None) -> dict[str, Any]:
+    """The document; ``servers`` names ``public_url`` when one is configured."""
+    doc = dict(_document())
+    if public_url:
+        doc["servers"] = [{"url": public_url.rstrip("/")}]
+    return doc

@@ -1,0 +1,501 @@
+"""The worker's HTTP server: the API, the timeline page, ``/healthz``, ``/readyz``, ``/metrics``.
+
+aiohttp on ``LOCKSTEP_WEB_HOST:LOCKSTEP_WEB_PORT`` (port 0 picks a free port; :attr:`WebServer.url`
+says which), started by :class:`lockstep.worker.Worker`. Thin wiring: every answer is a pure view
+from :mod:`streams.views` over the worker's :class:`~streams.readstore.ReadStore` (kept by
+:class:`~agents.readmodel.ReadModel`) and its inventory. The routes and shapes are in
+``/openapi.json`` (:mod:`agents.openapi`) and docs/api.md.
+
+Access (docs/api.md "Access"):
+
+- reads are open; writes (``POST /annotations``, ``POST /silences``, ``DELETE /silences/{id}``)
+  need ``Authorization: Bearer <LOCKSTEP_API_TOKEN>``; with no token configured every write is
+  refused with 403 and says why;
+- no CORS headers at all (cross-origin pages cannot read the API; preflights get 405);
+- every input is validated; a bad one gets a 4xx JSON body ``{"error": ..., "status": ...}``
+  naming the field, nothing is coerced.
+
+A browser navigating to ``/jobs/{id}``, ``/jobs/{id}/timeline`` or ``/alerts/{id}`` (``Accept:
+text/html``) gets the page, which opens that job or alert: the links alerts carry work both ways.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hmac
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
+from pydantic import ValidationError
+
+from agents.metrics import WorkerMetrics
+from agents.readmodel import ReadModel, ReadModelMetrics
+from agents.topics import TopicCatalogue
+from models.errors import ConfigError
+from models.operator import AnnotationRequest, SilenceRequest
+from models.settings import LockstepSettings
+from streams import views
+from streams.inventory import InventoryIndex
+from streams.readstore import ReadStore
+
+log = logging.getLogger("lockstep.web")
+
+WEB_ROOT = Path(__file__).resolve().parent.parent / "lockstep" / "web"
+MAX_BODY_BYTES = 64 * 1024
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: Query parameters each route accepts; anything else is a 400 (a typo must not be ignored).
+QUERY = {
+    "/jobs": set(), "/jobs/{job_id}": set(), "/jobs/{job_id}/timeline": {"from", "to", "step", "alert"},
+    "/jobs/{job_id}/diagnosis": {"alert"}, "/alerts": {"job", "status", "limit"}, "/alerts/{alert_id}": set(),
+    "/fabric/{switch}/{port}": set(), "/annotations": {"job"}, "/silences": {"state"},
+    "/silences/{silence_id}": set(),
+}
+#: Security headers on every response; the page additionally gets a strict CSP (no inline code).
+HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+class WorkerLike(Protocol):
+    """What the server needs of :class:`lockstep.worker.Worker`."""
+
+    settings: LockstepSettings
+    bootstrap: str
+    inventory: InventoryIndex
+    metrics: WorkerMetrics
+    app: Any
+    reader: Any
+
+
+def port_available(host: str, port: int) -> bool:
+    """True if ``host:port`` can be bound right now (``lockstep run`` falls back to a free port)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _exception_classes() -> dict[int, type[web.HTTPException]]:
+    out: dict[int, type[web.HTTPException]] = {}
+    stack: list[type[web.HTTPException]] = [web.HTTPException]
+    while stack:
+        cls = stack.pop()
+        stack += cls.__subclasses__()
+        code = getattr(cls, "status_code", -1)
+        if code >= 400 and code not in out and cls is not web.HTTPMethodNotAllowed:
+            out[code] = cls
+    return out
+
+
+EXCEPTIONS = _exception_classes()
+
+
+def error(status: int, message: str, **extra: Any) -> web.HTTPException:
+    """An aiohttp HTTP exception (4xx/5xx) with Lockstep's JSON error body ``{"error", "status"}``."""
+    body = orjson.dumps({"error": message, "status": status, **extra}).decode()
+    if status == 405:
+        return web.HTTPMethodNotAllowed("", [], text=body, content_type="application/json")
+    return EXCEPTIONS.get(status, web.HTTPBadRequest)(text=body, content_type="application/json")
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY), status=status,
+                        content_type="application/json")
+
+
+def wants_html(request: web.Request) -> bool:
+    """A browser navigation (Accept lists text/html before any JSON), not an API call."""
+    accept = request.headers.get("Accept", "")
+    if "text/html" not in accept:
+        return False
+    json_at = accept.find("application/json")
+    return json_at < 0 or accept.find("text/html") < json_at
+
+
+class WebServer:
+    """The HTTP server of one worker (see the module docstring)."""
+
+    def __init__(self, worker: WorkerLike, *, clock: Callable[[], float] = time.time) -> None:
+        self.worker = worker
+        self.settings = worker.settings
+        self.clock = clock
+        self.catalogue = TopicCatalogue(self.settings)
+        self.store = ReadStore()
+        registry = worker.metrics.registry
+        self.rm_metrics = ReadModelMetrics(registry)
+        self.request_seconds = Histogram(
+            "lockstep_http_request_seconds", "HTTP request latency by method, route and status", ["method", "route",
+                                                                                                  "status"],
+            registry=registry, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
+        self.readmodel = ReadModel(self.settings, worker.bootstrap, self.store, self.rm_metrics, clock=clock)
+        self.runner: web.AppRunner | None = None
+        self.producer: Any = None
+        self.host = self.settings.web_host
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        """Where the server listens, as a browser on this machine reaches it (``http://host:port``)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    # -- life cycle -----------------------------------------------------------------------------
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors_and_metrics], client_max_size=MAX_BODY_BYTES)
+        r = app.router
+        r.add_get("/", self.page)
+        r.add_get("/healthz", self.healthz)
+        r.add_get("/readyz", self.readyz)
+        r.add_get("/metrics", self.prometheus)
+        r.add_get("/openapi.json", self.openapi)
+        r.add_get("/jobs", self.jobs)
+        r.add_get("/jobs/{job_id}", self.job)
+        r.add_get("/jobs/{job_id}/timeline", self.timeline)
+        r.add_get("/jobs/{job_id}/diagnosis", self.diagnosis)
+        r.add_get("/alerts", self.alerts)
+        r.add_get("/alerts/{alert_id}", self.alert)
+        r.add_get("/fabric/{switch}/{port}", self.fabric)
+        r.add_get("/annotations", self.annotations)
+        r.add_post("/annotations", self.annotate)
+        r.add_get("/silences", self.silences)
+        r.add_post("/silences", self.silence_create)
+        r.add_get("/silences/{silence_id}", self.silence)
+        r.add_delete("/silences/{silence_id}", self.silence_expire)
+        r.add_static("/static/", WEB_ROOT, show_index=False, follow_symlinks=False)
+        return app
+
+    async def start(self) -> str:
+        """Start the read model, then listen; return :attr:`url`. A port in use is a ConfigError."""
+        await self.readmodel.start()
+        self.runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.host, self.settings.web_port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self.stop()
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(f"cannot serve HTTP on {self.host}:{self.settings.web_port}: the address is in use "
+                                  "(set LOCKSTEP_WEB_PORT; 0 picks a free port)") from None
+            raise ConfigError(f"cannot serve HTTP on {self.host}:{self.settings.web_port}: {exc.strerror}") from None
+        addresses = self.runner.addresses  # the bound socket says which port 0 became
+        self.port = int(addresses[0][1]) if addresses else self.settings.web_port
+        log.info("HTTP API and timeline page on %s", self.url)
+        return self.url
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+        await self.readmodel.stop()
+        if self.producer is not None:
+            await self.producer.stop()
+            self.producer = None
+
+    # -- middleware -----------------------------------------------------------------------------
+    @web.middleware
+    async def _errors_and_metrics(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        info = request.match_info.route.resource
+        route = info.canonical if info is not None else "unmatched"
+        status = 500
+        try:
+            allowed = QUERY.get(route)
+            if allowed is not None:
+                unknown = sorted(set(request.query) - allowed)
+                if unknown:
+                    raise error(400, f"unknown query parameter {unknown[0][:40]!r}; this route takes "
+                                     f"{', '.join(sorted(allowed)) or 'none'}")
+            response = await handler(request)
+            status = response.status
+        except web.HTTPException as exc:
+            status = exc.status
+            if exc.content_type != "application/json":  # aiohttp's own (404 route, 405, 413): JSON too
+                plain = exc
+                exc = error(status, plain.reason)
+                for name in ("Allow", "WWW-Authenticate"):
+                    if name in plain.headers:
+                        exc.headers[name] = plain.headers[name]
+            for k, v in HEADERS.items():
+                exc.headers[k] = v
+            self._observe(request.method, route, status, started)
+            raise exc from None
+        except Exception:
+            log.exception("HTTP %s %s failed", request.method, request.path)
+            self._observe(request.method, route, 500, started)
+            response = _json({"error": "internal error (see the worker's log)", "status": 500}, 500)
+            status = 500
+        for k, v in HEADERS.items():
+            response.headers.setdefault(k, v)
+        response.headers.setdefault("Cache-Control", "no-store")
+        if status != 500:
+            self._observe(request.method, route, status, started)
+        return response
+
+    def _observe(self, method: str, route: str, status: int, started: float) -> None:
+        self.request_seconds.labels(method if method in ("GET", "POST", "DELETE", "HEAD") else "other", route,
+                                    str(status)).observe(time.perf_counter() - started)
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _page_response(self) -> web.Response:
+        body = (WEB_ROOT / "index.html").read_bytes()
+        resp = web.Response(body=body, content_type="text/html", charset="utf-8")
+        resp.headers["Content-Security-Policy"] = CSP
+        resp.headers["Vary"] = "Accept"
+        return resp
+
+    def _query(self, request: web.Request, name: str, default: Any = None) -> Any:
+        value = request.query.get(name)
+        return default if value is None or value == "" else value
+
+    def _int(self, request: web.Request, name: str, default: int | None) -> int | None:
+        raw = self._query(request, name)
+        if raw is None:
+            return default
+        if not raw.isdigit() or len(raw) > 9:
+            raise error(400, f"{name} must be a positive whole number, not {raw[:40]!r}")
+        return int(raw)
+
+    def _time(self, request: web.Request, name: str) -> Any:
+        raw = self._query(request, name)
+        if raw is None:
+            return None
+        try:
+            return float(raw)
+        except ValueError:
+            return raw  # an RFC 3339 string: the view parses and validates it
+
+    def _require_writer(self, request: web.Request) -> None:
+        token = self.settings.api_token
+        if token is None or not token.get_secret_value():
+            raise error(403, "writes are disabled: this worker has no API token (set LOCKSTEP_API_TOKEN)")
+        header = request.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            exc = error(401, "this write needs 'Authorization: Bearer <token>'")
+            exc.headers["WWW-Authenticate"] = 'Bearer realm="lockstep"'
+            raise exc
+        if not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
+            exc = error(401, "the bearer token is not valid")
+            exc.headers["WWW-Authenticate"] = 'Bearer realm="lockstep", error="invalid_token"'
+            raise exc
+
+    async def _body(self, request: web.Request) -> Any:
+        if request.content_type != "application/json":
+            raise error(415, f"send the body as application/json, not {request.content_type[:60]!r}")
+        raw = await request.read()
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise error(400, f"the body is not JSON: {exc}") from None
+
+    @staticmethod
+    def _invalid(what: str, exc: ValidationError) -> web.HTTPException:
+        detail = [{"field": ".".join(str(p) for p in e.get("loc", ())) or None, "message": e.get("msg")}
+                  for e in exc.errors(include_url=False, include_input=False)]
+        first = detail[0]
+        where = f"{first['field']}: " if first["field"] else ""
+        return error(400, f"invalid {what}: {where}{first['message']}", detail=detail)
+
+    async def _produce(self, topic: str, key: str, value: dict[str, Any]) -> None:
+        from agents.kafka import start_producer
+
+        try:
+            if self.producer is None:
+                self.producer = await start_producer(self.settings, self.worker.bootstrap)
+            await self.producer.send_and_wait(topic, orjson.dumps(value), key=key.encode())
+        except Exception as exc:
+            log.warning("write to %s failed: %s", topic, exc)
+            raise error(503, f"could not write to Kafka topic {topic}: {type(exc).__name__}", retryable=True) from None
+
+    def _known_job(self, job_id: str) -> bool:
+        return self.worker.inventory.job(job_id) is not None or job_id in self.store.job_ids()
+
+    # -- handlers: page, probes, metrics --------------------------------------------------------
+    async def page(self, request: web.Request) -> web.Response:
+        return self._page_response()
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return _json({"status": "ok"})
+
+    def readiness(self) -> dict[str, Any]:
+        app = self.worker.app
+        checks = {
+            "inventory": self.worker.reader is not None and app is not None,
+            "agents": app is not None and app.started and app.state == "running",
+            "read_model": self.readmodel.caught_up,
+        }
+        return {"ready": all(checks.values()), "checks": checks, "inventory_jobs": len(self.worker.inventory.jobs),
+                "read_model": {"applied": self.store.applied, "rejected": self.store.rejected,
+                               "event_time": self.store.event_time, "lag": self.readmodel.lag()}}
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        body = self.readiness()
+        return _json(body, 200 if body["ready"] else 503)
+
+    async def _agents_lag(self) -> None:
+        """Lag of the Faust consumer on the partitions this worker owns (public consumer API)."""
+        app = self.worker.app
+        consumer = getattr(app, "consumer", None) if app is not None else None
+        if consumer is None:
+            return
+        with contextlib.suppress(Exception):  # during a rebalance the assignment moves under us
+            for tp in consumer.assignment():
+                high = consumer.highwater(tp)
+                pos = await consumer.position(tp)
+                if high is not None and pos is not None:
+                    self.rm_metrics.lag.labels("agents", tp.topic, str(tp.partition)).set(max(0, high - pos))
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        await self._agents_lag()
+        body = generate_latest(self.worker.metrics.registry)
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        from agents.openapi import openapi_document
+
+        return _json(openapi_document(self.settings.public_url))
+
+    # -- handlers: reads ------------------------------------------------------------------------
+    async def jobs(self, request: web.Request) -> web.Response:
+        return _json({"jobs": views.job_list(self.store, self.worker.inventory), "as_of": self.store.event_time})
+
+    async def job(self, request: web.Request) -> web.Response:
+        if wants_html(request):
+            return self._page_response()
+        job_id = request.match_info["job_id"]
+        detail = views.job_detail(self.store, self.worker.inventory, job_id)
+        if detail is None:
+            raise error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
+        return _json(detail)
+
+    async def timeline(self, request: web.Request) -> web.Response:
+        if wants_html(request):
+            return self._page_response()
+        job_id = request.match_info["job_id"]
+        try:
+            out = views.timeline(self.store, self.worker.inventory, job_id, self._time(request, "from"),
+                                 self._time(request, "to"), step=self._int(request, "step", None),
+                                 alert_id=self._query(request, "alert"), fallback_end=float(int(self.clock())))
+        except views.QueryError as exc:
+            raise error(400, str(exc)) from None
+        if out is None:
+            raise error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
+        return _json(out)
+
+    async def diagnosis(self, request: web.Request) -> web.Response:
+        job_id = request.match_info["job_id"]
+        try:
+            out = views.diagnosis(self.store, self.worker.inventory, job_id, self._query(request, "alert"))
+        except views.QueryError as exc:
+            raise error(400, str(exc)) from None
+        if out is None:
+            raise error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
+        return _json(out)
+
+    async def alerts(self, request: web.Request) -> web.Response:
+        try:
+            rows = views.alert_list(self.store, self.clock(), job_id=self._query(request, "job"),
+                                    status=self._query(request, "status"), limit=self._int(request, "limit", 100) or 0)
+        except views.QueryError as exc:
+            raise error(400, str(exc)) from None
+        return _json({"alerts": rows})
+
+    async def alert(self, request: web.Request) -> web.Response:
+        if wants_html(request):
+            return self._page_response()
+        alert_id = request.match_info["alert_id"]
+        out = views.alert_detail(self.store, alert_id, self.clock())
+        if out is None:
+            raise error(404, f"no alert {alert_id[:100]!r} in the read model")
+        return _json(out)
+
+    async def fabric(self, request: web.Request) -> web.Response:
+        switch, port = request.match_info["switch"], request.match_info["port"]
+        out = views.fabric_port(self.store, self.worker.inventory, switch, port)
+        if out is None:
+            raise error(404, f"no NIC is cabled to {switch[:100]} port {port[:20]} in the inventory")
+        return _json(out)
+
+    async def annotations(self, request: web.Request) -> web.Response:
+        job = self._query(request, "job")
+        rows = [n for j, notes in self.store.annotations.items() if job is None or j == job for n in notes.values()]
+        rows.sort(key=lambda n: (n["ts"], n["annotation_id"]))
+        return _json({"annotations": rows})
+
+    async def silences(self, request: web.Request) -> web.Response:
+        try:
+            rows = views.silence_list(self.store, self.clock(), state=self._query(request, "state"))
+        except views.QueryError as exc:
+            raise error(400, str(exc)) from None
+        return _json({"silences": rows})
+
+    async def silence(self, request: web.Request) -> web.Response:
+        sid = request.match_info["silence_id"]
+        rec = self.store.silences.get(sid)
+        if rec is None:
+            raise error(404, f"no silence {sid[:100]!r}")
+        return _json(views.silence_view(rec, self.clock()))
+
+    # -- handlers: writes -----------------------------------------------------------------------
+    async def annotate(self, request: web.Request) -> web.Response:
+        self._require_writer(request)
+        body = await self._body(request)
+        try:
+            req = AnnotationRequest.model_validate(body)
+        except ValidationError as exc:
+            raise self._invalid("annotation", exc) from None
+        if not self._known_job(req.job_id):
+            raise error(400, f"invalid annotation: job_id: no job {req.job_id[:100]!r} in the inventory or the "
+                             "read model")
+        now = self.clock()
+        rec = views.new_annotation(req, f"ann-{uuid.uuid4().hex[:16]}", now).model_dump()
+        await self._produce(self.catalogue.annotations, rec["job_id"], rec)
+        self.store.apply("annotations", rec)  # read your own write before the consumer brings it back
+        return _json(rec, 201)
+
+    async def silence_create(self, request: web.Request) -> web.Response:
+        self._require_writer(request)
+        body = await self._body(request)
+        try:
+            req = SilenceRequest.model_validate(body)
+        except ValidationError as exc:
+            raise self._invalid("silence", exc) from None
+        now = self.clock()
+        try:
+            rec = views.new_silence(req, str(uuid.uuid4()), now).model_dump()
+        except views.QueryError as exc:
+            raise error(400, f"invalid silence: {exc}") from None
+        await self._produce(self.catalogue.silences, rec["silence_id"], rec)
+        self.store.apply("silences", rec, rec["silence_id"])
+        return _json(views.silence_view(rec, now), 201)
+
+    async def silence_expire(self, request: web.Request) -> web.Response:
+        self._require_writer(request)
+        sid = request.match_info["silence_id"]
+        current = self.store.silences.get(sid)
+        if current is None:
+            raise error(404, f"no silence {sid[:100]!r}")
+        now = self.clock()
+        rec = views.expire_silence(current, now).model_dump()
+        if rec != current:
+            await self._produce(self.catalogue.silences, sid, rec)
+            self.store.apply("silences", rec, sid)
+        return _json(views.silence_view(rec, now))
