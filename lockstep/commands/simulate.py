@@ -21,6 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--once", action="store_true", help="with --kafka: stop at the end of the scenario")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--list", action="store_true", help="list the scenarios and what each should yield")
+    p.add_argument("--gpus", type=int, help="load generation instead of a scenario: a cluster of N GPUs "
+                   "(lockstep.loadgen; with --kafka or --output)")
+    p.add_argument("--rate", type=float, help="with --gpus: samples/s to produce (default: real time, one scrape a "
+                   "second)")
+    p.add_argument("--duration", type=float, help="with --gpus: seconds of scrapes (default: until Ctrl-C with "
+                   "--kafka, 60 with --output)")
     p.set_defaults(handler=run)
 
 
@@ -29,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
         for name, sc in sorted(SCENARIOS.items()):
             print(f"{name:24s} {sc.description}\n{'':24s} expect: {sc.expect}")
         return 0
+    if args.gpus:
+        from lockstep.loadgen import run_cli
+
+        return run_cli(args)
     if args.kafka:
         return _live(args)
     if args.output is None:
