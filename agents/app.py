@@ -268,6 +268,8 @@ def build_app(
             await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec))
         for rec in out.points_records(name):
             await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY))
+        for rec in out.clocks:  # keyed by source: one partition raises the clock_skew alert
+            await send(anomalies_topic, rec["source"].encode(), orjson.dumps(rec))
         # Publish progress only after the anomalies it covers were handed to the producer.
         if out.max_ts is not None and pipe.watermark is not None:
             state.published_wm[name] = pipe.watermark

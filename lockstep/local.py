@@ -71,6 +71,8 @@ class LocalRunner:
             self._collect(self.correlators[self._partition(rec["job_id"])].on_record(rec, 0.0))
         for rec in out.points_records(origin):
             self._collect(self.correlators[self._partition(rec["job_id"])].on_record(rec, 0.0))
+        for rec in out.clocks:
+            self._collect(self.correlators[self._partition(rec["source"])].on_record(rec, 0.0))
         return out
 
     def _collect(self, res: PartitionResult) -> None:

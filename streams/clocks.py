@@ -52,6 +52,10 @@ class _SourceClock:
     median: float = 0.0
     mad: float = 0.0
     skewed: bool = False
+    since: int = 0  # observations since the statistics were recomputed
+
+#: Statistics are recomputed every this many observations of a source (they move slowly).
+RECOMPUTE_EVERY = 4
 
 
 class ClockTracker:
@@ -76,31 +80,35 @@ class ClockTracker:
 
     def observe(self, layer: str, pairs: dict[str, list[tuple[float, float]]]) -> list[ClockTransition]:
         """Fold ``{source: [(ts, arrival), ...]}`` of one message; return skew transitions."""
-        cfg = self.config
-        for source, items in pairs.items():
-            state = self.sources.get(source)
-            if state is None:
-                state = self.sources[source] = _SourceClock(layer, deque(maxlen=cfg.window))
-            # One delay per message and source: a scrape shares its transport delay.
-            delays = [arrival - ts for ts, arrival in items]
-            state.delays.append(float(np.median(delays)))
-            arr = np.fromiter(state.delays, dtype=float)
-            state.median = float(np.median(arr))
-            state.mad = float(np.median(np.abs(arr - state.median)))
-        ready = [s.median for s in self.sources.values() if len(s.delays) >= cfg.min_samples]
-        self.reference = float(np.median(ready)) if len(ready) >= MIN_SOURCES_FOR_REFERENCE else 0.0
         out = []
         for source, items in pairs.items():
-            state = self.sources[source]
-            if len(state.delays) < cfg.min_samples:
-                continue
-            offset, unc = self.offset(source)
-            skewed = abs(offset) > cfg.tolerance_s + unc
-            if skewed != state.skewed:
-                state.skewed = skewed
-                ts = max(t for t, _ in items)
-                out.append(ClockTransition(source, state.layer, "start" if skewed else "end", ts, offset, unc))
+            delay = float(np.median([arrival - ts for ts, arrival in items]))
+            out += self.observe_delay(layer, source, delay, max(t for t, _ in items))
         return out
+
+    def observe_delay(self, layer: str, source: str, delay: float, ts: float) -> list[ClockTransition]:
+        """One message's delay for ``source`` (a scrape shares its transport delay)."""
+        cfg = self.config
+        state = self.sources.get(source)
+        if state is None:
+            state = self.sources[source] = _SourceClock(layer, deque(maxlen=cfg.window))
+        state.delays.append(delay)
+        state.since += 1
+        n = len(state.delays)
+        if n < cfg.min_samples or (state.since < RECOMPUTE_EVERY and n != cfg.min_samples):
+            return []
+        state.since = 0
+        arr = np.fromiter(state.delays, dtype=float, count=n)
+        state.median = float(np.median(arr))
+        state.mad = float(np.median(np.abs(arr - state.median)))
+        ready = [s.median for s in self.sources.values() if len(s.delays) >= cfg.min_samples]
+        self.reference = float(np.median(ready)) if len(ready) >= MIN_SOURCES_FOR_REFERENCE else 0.0
+        offset, unc = self.offset(source)
+        skewed = abs(offset) > cfg.tolerance_s + unc
+        if skewed == state.skewed:
+            return []
+        state.skewed = skewed
+        return [ClockTransition(source, state.layer, "start" if skewed else "end", ts, offset, unc)]
 
     def offset(self, source: str) -> tuple[float, float]:
         """``(offset, uncertainty)`` of ``source``'s clock in seconds (0, 0 when unknown)."""

@@ -201,6 +201,8 @@ class Correlator:
         self.rules = rules if rules is not None else default_rules()
         #: alerts of this partition still firing, by alert_id (inhibition sources; silence re-checks)
         self.open_alerts: dict[str, dict[str, Any]] = {}
+        #: sources with a clock beyond tolerance: the layers showing it, and their alert
+        self.clock_open: dict[str, dict[str, Any]] = {}
         self.expected = expected_origins
         self.origin_wm: dict[str, float] = {}
         self.origin_seen: dict[str, float] = {}
@@ -227,9 +229,28 @@ class Correlator:
         elif kind == "anomaly":
             self._add_anomaly(rec, out)
         elif kind == "clock":
-            self._emit(self._clock_alert(rec), float(rec["ts"]), out)
+            self._on_clock(rec, out)
         self._advance(now_wall, out)
         return out
+
+    def _on_clock(self, rec: dict[str, Any], out: CorrelatorOutput) -> None:
+        """One clock_skew alert per source, however many of its layers (topics) show the skew."""
+        source, layer = rec["source"], rec["layer"]
+        state = self.clock_open.get(source)
+        if rec["phase"] == "start":
+            if state is None:
+                alert = self._clock_alert(rec)
+                self.clock_open[source] = {"layers": [layer], "alert": alert, "started": float(rec["ts"])}
+                self._emit(alert, float(rec["ts"]), out)
+            elif layer not in state["layers"]:
+                state["layers"].append(layer)
+            return
+        if state is None or layer not in state["layers"]:
+            return
+        state["layers"].remove(layer)
+        if not state["layers"]:
+            del self.clock_open[source]
+            self._emit(self._clock_alert(dict(rec, started=state["started"])), float(rec["ts"]), out)
 
     def _clock_alert(self, rec: dict[str, Any]) -> dict[str, Any]:
         """A source's clock is off by more than the tolerance (firing) or back within it (resolved)."""
@@ -240,7 +261,7 @@ class Correlator:
         for a in jobs:
             info = self.inventory.job(a.job_id, ts)
             others.append({"job_id": a.job_id, "gpus": info.gpus if info else 0, "relation": a.relation})
-        dkey = f"clock_skew/{rec['layer']}/{source}"
+        dkey = f"clock_skew/{source}"
         onset = float(rec.get("started", ts))
         direction = "behind" if offset < 0 else "ahead"
         summary = (f"clock of {rec['layer']} {source} is {abs(offset):.2f} s {direction} (+/- {unc:.2f} s); its "
@@ -684,7 +705,7 @@ class Correlator:
         return {
             "origin_wm": self.origin_wm, "eos": sorted(self.eos), "watermark": _num(self.watermark),
             "max_event_ts": _num(self.max_event_ts), "late_count": self.late_count,
-            "open_alerts": self.open_alerts,
+            "open_alerts": self.open_alerts, "clock_open": self.clock_open,
             "jobs": {
                 jid: {
                     "closed_until": _num(job.closed_until),
@@ -706,6 +727,7 @@ class Correlator:
         self.max_event_ts = _unnum(data["max_event_ts"])
         self.late_count = int(data["late_count"])
         self.open_alerts = dict(data.get("open_alerts", {}))
+        self.clock_open = dict(data.get("clock_open", {}))
         self.jobs = {}
         for jid, jd in data["jobs"].items():
             job = JobTimeline(jid, closed_until=_unnum(jd["closed_until"]))

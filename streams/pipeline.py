@@ -26,6 +26,7 @@ import numpy as np
 
 from models.timeutil import MAX_TS, MIN_TS
 from streams.catalogue import Mode
+from streams.clocks import ClockConfig, ClockTracker
 from streams.detect import DetectorBank, DetectorConfig
 from streams.ingest import Rejection, decode_records, validate_record
 from streams.inventory import InventoryIndex
@@ -106,6 +107,8 @@ class PipelineOutput:
     by_layer: dict[str, int] = field(default_factory=dict)
     #: job -> lane -> [[ts, value], ...]: the job's own signals, forwarded to its correlation partition.
     points: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
+    #: ``clock`` records: a source's clock went beyond (or back within) the tolerance.
+    clocks: list[dict[str, Any]] = field(default_factory=list)
 
     def points_records(self, origin: str) -> list[dict[str, Any]]:
         """One ``points`` record per job (see :mod:`streams.lanes`)."""
@@ -116,10 +119,16 @@ class PipelineOutput:
 class PartitionPipeline:
     """State and processing for one input partition."""
 
-    def __init__(self, origin: str, config: DetectorConfig, inventory: InventoryIndex) -> None:
+    def __init__(self, origin: str, config: DetectorConfig, inventory: InventoryIndex,
+                 clock: ClockConfig | None = None) -> None:
         self.origin = origin
         self.config = config
         self.inventory = inventory
+        self.clock_config = clock or ClockConfig()
+        self.clocks = ClockTracker(self.clock_config)
+        self._src_code = np.full(0, -1, dtype=np.int32)
+        self._src_names: list[str] = []
+        self._src_ids: dict[str, int] = {}
         self.registry = SeriesRegistry()
         self.rates = CounterRates()
         self.detector = DetectorBank(config)
@@ -146,9 +155,16 @@ class PartitionPipeline:
             self._lane = grow(self._lane, n, -1)
             self._jobset = grow(self._jobset, n, -1)
             self._jobset_version = grow(self._jobset_version, n, -1)
+        if n > self._src_code.shape[0]:
+            self._src_code = grow(self._src_code, n, -1)
         for sid in range(self._registered, n):
             meta = reg.meta[sid]
             info = meta.info
+            src = self._src_ids.get(meta.source)
+            if src is None:
+                src = self._src_ids[meta.source] = len(self._src_names)
+                self._src_names.append(meta.source)
+            self._src_code[sid] = src
             self.detector.register(sid, info.mode, info.bad)
             self._lane[sid] = _LANE_CODE.get((meta.layer, info.meaning.value), -1)
             if out is not None and info.meaning.value == "unknown":
@@ -281,6 +297,7 @@ class PartitionPipeline:
         # Arrival order: messages in offset order, each message's samples in event-time order.
         order = np.lexsort((ts_a, msg)) if len(messages) > 1 else np.argsort(ts_a, kind="stable")
         ids, ts_a, values, ingest_a, msg = ids[order], ts_a[order], values[order], ingest_a[order], msg[order]
+        self._observe_clocks(ids, ts_a, ingest_a, msg, messages, out)
         # rate + detect, a round of unique series at a time (a scrape is one round)
         for rnd in occurrence_rounds(ids):
             self._round(ids[rnd], ts_a[rnd], values[rnd], ingest_a[rnd], msg[rnd], out, messages)
@@ -289,6 +306,32 @@ class PartitionPipeline:
         out.max_ts = mx
         self.watermark = mx if self.watermark is None else max(self.watermark, mx)
         return out
+
+    def _observe_clocks(self, ids: np.ndarray, ts: np.ndarray, ingest: np.ndarray, msg: np.ndarray,
+                        messages: Sequence[tuple[bytes, Origin]], out: PipelineOutput) -> None:
+        """Feed each (message, source)'s arrival delays to the clock tracker (arrival: ``ingest_ts``,
+        else the Kafka record time); report sources whose clock crosses the tolerance."""
+        kafka_ts = np.array([o.timestamp if o.timestamp is not None else math.nan for _, o in messages])
+        arrival = np.where(np.isnan(ingest), kafka_ts[msg], ingest)
+        ok = ~np.isnan(arrival)
+        if not ok.any():
+            return
+        src = self._src_code[ids[ok]]
+        pair = msg[ok].astype(np.int64) * (len(self._src_names) + 1) + src
+        order = np.argsort(pair, kind="stable")
+        pair, src, sids = pair[order], src[order], ids[ok][order]
+        delay = (arrival[ok] - ts[ok])[order]
+        t_ok = ts[ok][order]
+        starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+        ends = np.r_[starts[1:], pair.size]
+        layer_code = self.registry.layer_code
+        for f, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            source = self._src_names[int(src[f])]
+            layer = LAYER_NAMES[int(layer_code[sids[f]])]
+            for t in self.clocks.observe_delay(layer, source, float(np.median(delay[f:e])), float(t_ok[e - 1])):
+                out.clocks.append({"type": "clock", "phase": t.phase, "source": t.source, "layer": t.layer,
+                                   "ts": t.ts, "offset": t.offset, "uncertainty": t.uncertainty,
+                                   "origin": self.origin})
 
     def _dead_letter(self, stage: str, reason: str, error: str, sid: int, ts: float,
                      message: tuple[bytes, Origin]) -> DeadLetterOut:
@@ -302,6 +345,8 @@ class PartitionPipeline:
         counter = reg.counter[ids]
         # Every series goes through the rate stage: counters get a rate; for all, a sample at or
         # before the series' last time is a duplicate (dropped, counted) or out of order (dead letter).
+        last = self.rates.last_ts
+        prev_ts = last[ids] if last.shape[0] > int(ids.max()) else np.full(ids.shape[0], np.nan)
         res = self.rates.update(ids, ts, raw_values)
         x = np.where(counter, res.rate * reg.scale[ids], raw_values)
         usable = np.where(counter, ~np.isnan(res.rate), ~(res.out_of_order | res.duplicate))
@@ -319,7 +364,7 @@ class PartitionPipeline:
         if use.size == 0:
             return
         if use.size < ids.size:
-            ids, ts, x, ingest = ids[use], ts[use], x[use], ingest[use]
+            ids, ts, x, ingest, prev_ts = ids[use], ts[use], x[use], ingest[use], prev_ts[use]
         else:
             use = None  # type: ignore[assignment]
         self._forward_points(ids, ts, x, out)
@@ -340,6 +385,9 @@ class PartitionPipeline:
             if direction == "both":
                 direction = "up" if (tr.value[k] >= tr.p50[k] or np.isnan(tr.p50[k])) else "down"
             ing = float(ingest[i])
+            offset, uncertainty = self.clocks.offset(meta.source)
+            gap = float(ts[i] - prev_ts[i])
+            interval = gap if math.isfinite(gap) and gap > 0 else 0.0
             for a in affected:
                 out.anomalies.append({
                     "type": "anomaly", "phase": phase, "job_id": a.job_id, "ts": onset,
@@ -349,7 +397,8 @@ class PartitionPipeline:
                     "role": "symptom" if meta.info.meaning.value in SYMPTOM_MEANINGS else "cause",
                     "direction": direction, "value": _f(tr.value[k]), "p50": _opt(tr.p50[k]),
                     "p99": _opt(tr.p99[k]), "score": _f(tr.score[k]), "relation": a.relation,
-                    "origin": self.origin,
+                    "origin": self.origin, "clock_offset": offset, "clock_uncertainty": uncertainty,
+                    "interval": interval,
                 })
 
     def _forward_points(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, out: PipelineOutput) -> None:
@@ -409,7 +458,7 @@ class PartitionPipeline:
         n = len(self.registry)
         arrays = {**self.rates.snapshot(n), **self.detector.snapshot(n)}
         meta = {"origin": self.origin, "series": self.registry.snapshot(), "watermark": self.watermark,
-                "offset": self.last_offset, "window": self.config.window}
+                "offset": self.last_offset, "window": self.config.window, "clocks": self.clocks.snapshot()}
         return pack(arrays, meta)
 
     def restore(self, blob: bytes) -> None:
@@ -426,6 +475,9 @@ class PartitionPipeline:
         self.detector.restore(arrays)
         self.watermark = meta["watermark"]
         self.last_offset = meta["offset"]
+        self.clocks = ClockTracker(self.clock_config)
+        if "clocks" in meta:
+            self.clocks.restore(meta["clocks"])
 
     def state_bytes(self) -> dict[str, float]:
         """Bytes of state by part (numpy arrays at their allocated capacity, plus the registry)."""
