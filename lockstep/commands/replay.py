@@ -14,7 +14,8 @@ from models.settings import LockstepSettings
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("replay", help="push a JSONL file of samples and inventory through the agents via the broker",
                        description=__doc__)
-    p.add_argument("--input", "-i", type=Path, required=True, help="JSONL: one sample or inventory event per line")
+    p.add_argument("--input", "-i", type=Path, required=True,
+                   help="JSONL: one sample, inventory event or real-format envelope per line")
     p.add_argument("--output", "-o", type=Path, default=None, help="write alerts here as JSON lines (default stdout)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     p.set_defaults(handler=run)
@@ -37,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if args.output:
             out.close()
-    print(f"replayed {summary['samples']} samples, {summary['inventory']} inventory events "
-          f"({summary['bad_lines']} bad lines) in {summary['seconds']} s: {summary['alerts']} alert records",
+    print(f"replayed {summary['samples']} samples, {summary['inventory']} inventory events, "
+          f"{summary['envelopes']} real-format messages ({summary['bad_lines']} bad lines) "
+          f"in {summary['seconds']} s: {summary['alerts']} alert records",
           file=sys.stderr)
     return 0
