@@ -115,6 +115,9 @@ class CorrelatorConfig:
     public_url: str | None = None
     #: A symptom alert (GPU utilisation) waits this long after it is due for a cause alert to inhibit it.
     symptom_hold_s: float = 10.0
+    #: An incident stays firing at least this long; the same cause back within flap_window_s reopens it.
+    min_firing_s: float = 30.0
+    flap_window_s: float = 120.0
     #: Fraction of a job's GPUs whose utilisation must fall together for a gpu_utilisation alert.
     gpu_fraction: float = 0.25
 
@@ -177,6 +180,8 @@ class JobTimeline:
     contentions: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the GPU-utilisation symptom: {"start", "alert" | None, "inhibited_by", "resolved"}
     gpu: dict[str, Any] | None = None
+    #: the last resolved incident (a new one with the same cause soon after is the same incident reopened)
+    last_resolved: dict[str, Any] | None = None
     gpu_closed_until: float = -math.inf
 
     def all_episodes(self) -> list[Episode]:
@@ -362,9 +367,11 @@ class Correlator:
             inc = job.incident
             if inc is not None and not inc.resolved:
                 self._join_symptoms(job, inc)
+                self._revise(job, inc, wm, out)
                 ended = [e.end_ts for e in job.all_episodes() if e.key in inc.symptom_keys]
                 if ended and all(t is not None for t in ended):
-                    cleared = max(t for t in ended if t is not None)
+                    # Flap damping: an incident stays firing at least min_firing_s after its onset.
+                    cleared = max(max(t for t in ended if t is not None), inc.onset + cfg.min_firing_s)
                     if wm >= cleared + cfg.resolve_after_s:
                         self._emit(self._resolve(job, inc, cleared), wm, out)
                         continue
@@ -587,6 +594,11 @@ class Correlator:
         elif ratio >= 1.5 or gpus >= cfg.critical_gpus // 4:
             severity = "error"
         dkey = dedup_key("job_slowdown", job.job_id, domain, root_rec)
+        # Flap damping: the same cause back within the flap window reopens the same incident.
+        alert_id, reopened = alert_id_for(dkey, onset), 0
+        last = job.last_resolved
+        if last is not None and last["dedup_key"] == dkey and onset - last["resolved_at"] < cfg.flap_window_s:
+            alert_id, reopened = last["alert_id"], last["reopened"] + 1
         timeline = self._timeline(window, onset, first)
         other = []
         if root_rec is not None:
@@ -603,7 +615,7 @@ class Correlator:
             "meaning": root_rec["meaning"] if root_rec else None, "reason": reason,
         }
         alert = Alert.model_validate({
-            "alert_id": alert_id_for(dkey, onset), "dedup_key": dkey, "type": "job_slowdown",
+            "alert_id": alert_id, "dedup_key": dkey, "type": "job_slowdown",
             "status": "firing", "severity": severity, "job_id": job.job_id, "gpus": gpus, "nodes": nodes,
             "started_at": format_ts(onset), "detected_at": format_ts(detected), "resolved_at": None,
             "symptom": {"layer": sym["layer"], "metric": sym["metric"], "baseline": baseline,
@@ -611,28 +623,43 @@ class Correlator:
             "root_cause": root, "timeline": timeline, "other_jobs": other,
             "summary": self._summary(job.job_id, gpus, len(nodes), ratio, onset, root, timeline),
             "labels": {"job_id": job.job_id, "domain": domain, "alertname": "job_slowdown"},
+            "details": {"reopened": reopened} if reopened else {},
         }).model_dump(mode="json")
         job.incident = Incident(alert, onset, {e.key for e in symptoms})
         return alert
 
     def _domain(self, job_id: str, first: Episode | None, causes: list[Episode], onset: float) -> tuple[str, str]:
+        """The bottleneck domain from the first mover and the rest of the evidence (docs/correlation.md)."""
         if first is None:
             return "unknown", "no component moved before the slowdown"
         layer, meaning = first.start["layer"], first.start["meaning"]
         where = f"{first.start['source']} {_labels_text(first.start['labels'])}".strip()
+        fabric = [c for c in causes if c.start["layer"] in ("switch", "nic") and c.start["meaning"] in NETWORK_MEANINGS]
+        slow_pools = sorted({c.start["source"] for c in causes if c.start["layer"] == "storage"
+                             and c.start["meaning"] == "latency"})
         if layer in ("switch", "nic") and meaning in NETWORK_MEANINGS:
+            for pool in slow_pools:
+                if layer == "switch" and first.start["source"] in self.inventory.pool_switches.get(pool, set()):
+                    return "network", (f"storage via network: {where} on pool {pool}'s path moved first "
+                                       f"({meaning}) and {pool}'s latency rose with it")
             return "network", f"{layer} {where} {meaning} moved first"
         if layer == "storage":
-            pool_switches = self.inventory.pool_switches.get(first.start["source"], set())
-            shared = pool_switches & self.inventory.fabric_switches(job_id, onset)
-            fabric = [c for c in causes if c.start["layer"] in ("switch", "nic")]
-            if shared and fabric:
-                pool = first.start["source"]
-                return "network", f"storage via network: pool {pool} shares {sorted(shared)} with the fabric"
-            return "storage", f"pool {first.start['source']} {meaning} moved first"
+            pool = first.start["source"]
+            pool_switches = self.inventory.pool_switches.get(pool, set())
+            job_fabric = self.inventory.fabric_switches(job_id, onset)
+            on_path = [c for c in fabric if c.start["layer"] == "switch" and c.start["source"] in pool_switches]
+            shared = pool_switches & job_fabric
+            if on_path or (shared and fabric):
+                via = sorted({c.start["source"] for c in on_path}) or sorted(shared)
+                return "network", (f"storage via network: pool {pool}'s latency moved first while {via} on its "
+                                   "path took errors; investigate the storage network")
+            return "storage", f"pool {pool} {meaning} moved first"
         if layer == "gpu" and meaning in ("gpu_fault", "throttle", "temperature"):
             return "compute", f"{where} {meaning} moved first"
         if (layer == "host" and meaning == "utilisation") or meaning == "loader_wait":
+            if fabric or slow_pools:
+                return "unknown", (f"data preparation on {first.start['source']} saturated first, but network or "
+                                   "storage moved too")
             return "dataloader", f"data preparation on {first.start['source']} saturated first"
         return "unknown", f"{layer} {meaning} moved first; no fabric, storage or GPU fault evidence"
 
@@ -678,7 +705,37 @@ class Correlator:
         inc.resolved = True
         job.closed_until = max(job.closed_until, cleared)
         job.incident = None
+        job.last_resolved = {"dedup_key": alert["dedup_key"], "alert_id": alert["alert_id"], "resolved_at": cleared,
+                             "reopened": int((alert.get("details") or {}).get("reopened", 0))}
         return Alert.model_validate(alert).model_dump(mode="json")
+
+    def _revise(self, job: JobTimeline, inc: Incident, wm: float, out: CorrelatorOutput) -> None:
+        """Evidence that arrived after the verdict (beyond the lateness bound) can name an earlier first
+        mover: the firing alert is updated (same id and dedup key), never silently left wrong."""
+        cfg = self.config
+        if not any(e.ts <= inc.onset and float(e.start.get("confirmed_ts", e.ts)) > inc.onset + cfg.grace_s
+                   + cfg.allowed_lateness_s for e in job.all_episodes() if e.role == "cause"):
+            return
+        causes = [e for e in job.all_episodes() if e.role == "cause" and inc.onset - cfg.lookback_s <= e.ts
+                  <= inc.onset and (e.end_ts is None or e.end_ts >= inc.onset - cfg.grace_s)]
+        first = first_mover(causes)
+        root = inc.alert["root_cause"]
+        if first is None or (first.start["layer"], first.start["source"], first.start["labels"]) == (
+                root.get("layer"), root.get("source"), root.get("labels")):
+            return
+        domain, reason = self._domain(job.job_id, first, causes, inc.onset)
+        window = [e for e in job.all_episodes() if inc.onset - cfg.lookback_s <= e.ts <= inc.onset + cfg.grace_s]
+        r = first.start
+        revised = dict(inc.alert)
+        revised["root_cause"] = {"domain": domain, "layer": r["layer"], "source": r["source"],
+                                 "labels": dict(r["labels"]), "metric": r["metric"], "first_seen": format_ts(r["ts"]),
+                                 "meaning": r["meaning"], "reason": reason + " (revised: evidence arrived late)"}
+        revised["timeline"] = self._timeline(window, inc.onset, first)
+        details = dict(revised.get("details") or {})
+        details["revised_from"] = {k: root.get(k) for k in ("domain", "layer", "source", "labels", "metric")}
+        revised["details"] = details
+        revised["labels"] = dict(revised.get("labels") or {}, domain=domain)
+        inc.alert = self._emit(Alert.model_validate(revised).model_dump(mode="json"), wm, out)
 
     def _evict(self, wm: float) -> None:
         if not math.isfinite(wm):
@@ -715,6 +772,7 @@ class Correlator:
                         "symptom_keys": sorted(job.incident.symptom_keys)},
                     "contentions": job.contentions,
                     "gpu": job.gpu, "gpu_closed_until": _num(job.gpu_closed_until),
+                    "last_resolved": job.last_resolved,
                 } for jid, job in self.jobs.items()
             },
         }
@@ -738,6 +796,7 @@ class Correlator:
                                         set(jd["incident"]["symptom_keys"]))
             job.contentions = dict(jd.get("contentions", {}))
             job.gpu = jd.get("gpu")
+            job.last_resolved = jd.get("last_resolved")
             job.gpu_closed_until = _unnum(jd.get("gpu_closed_until", "-inf"))
             self.jobs[jid] = job
 
