@@ -83,7 +83,7 @@ def _schemas() -> dict[str, Any]:
     s["JobDetail"] = {"allOf": [_ref("JobStatus"), _obj({
         "gpus_per_node": NINT, "node_list": _arr(STR), "hostlist": STR, "gpu_list": _arr(STR),
         "paths": _arr(_ref("Path")), "leaves": _arr(_ref("Leaf")), "spines": _arr(STR), "fabrics": _arr(STR),
-        "pools": _arr(_ref("Pool")), "start": NNUM, "end": NNUM, "inventory": BOOL})]}
+        "storage": _arr(_ref("Pool")), "start": NNUM, "end": NNUM, "inventory": BOOL})]}
     series = _arr(NNUM)
     s["Lane"] = _obj({
         "lane": {"enum": list(LANE_ORDER)}, "title": STR, "unit": STR, "layers": STR, "has_data": BOOL,
@@ -114,7 +114,7 @@ def _schemas() -> dict[str, Any]:
         "alert_id": STR, "job_id": NSTR, "type": STR, "status": {"enum": ["firing", "resolved"]}, "severity": STR,
         "gpus": NINT, "nodes": INT, "started_at": STR, "detected_at": NSTR, "resolved_at": NSTR, "domain": NSTR,
         "first_mover": _nullable(_ref("FirstMover")), "summary": NSTR, "dedup_key": STR, "lifecycle": lifecycle,
-        "silenced_by": _arr(STR)})
+        "silenced_by": _arr(STR), "matching_silences": _arr(STR)})
     s["AlertList"] = _obj({"alerts": _arr(_ref("AlertSummary"))})
     s["AlertDetail"] = {"allOf": [_ref("AlertSummary"), _obj({"alert": _ref("Alert"),
                                                                "firing": _nullable(_ref("Alert"))})]}
@@ -184,6 +184,9 @@ def _document() -> dict[str, Any]:
             "operationId": "metrics", "summary": "Prometheus metrics of this worker", "tags": ["operations"],
             "responses": {"200": {"description": "Prometheus text exposition format",
                                   "content": {"text/plain": {"schema": STR}}}}}},
+        "/openapi.json": {"get": {
+            "operationId": "openapi", "summary": "This document", "tags": ["operations"],
+            "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": OBJ}}}}}},
         "/jobs": _get("listJobs", "Every job with its live status", "JobList"),
         "/jobs/{job_id}": _get("getJob", "A job's GPUs, nodes, NIC -> leaf -> spine paths and pools", "JobDetail",
                                params=[JOB], errors=(404,)),

@@ -108,6 +108,8 @@ def error(status: int, message: str, **extra: Any) -> web.HTTPException:
     body = orjson.dumps({"error": message, "status": status, **extra}).decode()
     if status == 405:
         return web.HTTPMethodNotAllowed("", [], text=body, content_type="application/json")
+    if status == 413:
+        return web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, 0, text=body, content_type="application/json")
     return EXCEPTIONS.get(status, web.HTTPBadRequest)(text=body, content_type="application/json")
 
 
@@ -227,7 +229,8 @@ class WebServer:
             status = exc.status
             if exc.content_type != "application/json":  # aiohttp's own (404 route, 405, 413): JSON too
                 plain = exc
-                exc = error(status, plain.reason)
+                message = f"the body is larger than {MAX_BODY_BYTES // 1024} KiB" if status == 413 else plain.reason
+                exc = error(status, message)
                 for name in ("Allow", "WWW-Authenticate"):
                     if name in plain.headers:
                         exc.headers[name] = plain.headers[name]

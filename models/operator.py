@@ -20,12 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from models.timeutil import parse_ts
 
-#: Label names a silence may match on (the alert's labels plus a few of its fields, see
-#: :func:`streams.views.alert_match_labels`).
+#: Label names a silence may match on (an alert's labels as :func:`streams.rules.match_labels` makes
+#: them: job_id, alertname, domain, severity, dedup_key, switch, port, node, pool, ...).
 LABEL_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 MAX_SILENCE_S = 30 * 24 * 3600.0
 
 AnnotationKind = Literal["fix", "change", "note"]
+SilenceKind = Literal["silence", "maintenance"]
 
 Text = Annotated[str, Field(min_length=1, max_length=1024)]
 Name = Annotated[str, Field(min_length=1, max_length=256)]
@@ -74,6 +75,10 @@ class AnnotationRecord(BaseModel):
 class SilenceRequest(BaseModel):
     """``POST /silences``: mute alerts whose labels equal every matcher, from ``starts_at`` to ``ends_at``.
 
+    The labels are those of :func:`streams.rules.match_labels` (``job_id``, ``alertname``, ``domain``,
+    ``severity``, ``switch``, ``port``, ``node``, ``pool``, ...); ``kind: maintenance`` marks a
+    planned window on infrastructure.
+
     Give ``ends_at`` or ``duration_s`` (not both). ``starts_at`` defaults to the time of the request.
     """
 
@@ -81,6 +86,7 @@ class SilenceRequest(BaseModel):
 
     matchers: dict[Annotated[str, Field(pattern=LABEL_NAME, max_length=64)], Name] = Field(
         min_length=1, max_length=16)
+    kind: SilenceKind = "silence"
     created_by: Annotated[str, Field(min_length=1, max_length=128)]
     comment: Text
     starts_at: float | None = None
@@ -110,6 +116,7 @@ class SilenceRecord(BaseModel):
     type: Literal["silence"] = "silence"
     silence_id: str
     matchers: dict[str, str]
+    kind: SilenceKind = Field(default="silence", description="maintenance: a planned window on infrastructure")
     starts_at: float
     ends_at: float
     created_by: str

@@ -96,8 +96,8 @@ class LaneRing:
     @property
     def earliest(self) -> int:
         """The oldest second the ring holds (-1 when empty)."""
-        held = self.secs[self.secs >= 0]
-        return int(held.min()) if held.size else -1
+        held = self.secs[self.secs > self.latest - self.capacity]
+        return int(held.min()) if held.size and self.latest >= 0 else -1
 
     def window(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         """``(data[end - start, lanes, fields], present[end - start])`` for seconds ``[start, end)``.
@@ -106,7 +106,7 @@ class LaneRing:
         """
         secs = np.arange(start, end, dtype=np.int64)
         slots = secs % self.capacity
-        present = self.secs[slots] == secs
+        present = (self.secs[slots] == secs) & (secs > self.latest - self.capacity)
         data = np.where(present[:, None, None], self.data[slots], np.float32(np.nan))
         return data, present
 

@@ -35,9 +35,11 @@ import numpy as np
 from models.errors import InputError
 from models.operator import AnnotationRecord, AnnotationRequest, SilenceRecord, SilenceRequest
 from models.timeutil import format_ts, parse_ts
+from streams.correlate import evidence_order
 from streams.inventory import InventoryIndex, JobInfo
 from streams.lanes import LANE_ORDER, lane_of
 from streams.readstore import LANE_INDEX, MAX, MIN, P50, P99, AlertEntry, EpisodeView, N, ReadStore
+from streams.rules import match_labels
 
 #: How each lane is titled and in which unit its values are (the page and the CLI print these).
 LANE_INFO: dict[str, dict[str, str]] = {
@@ -139,17 +141,29 @@ def compact_hosts(nodes: list[str]) -> str:
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
-    if v is None:
+    """A value as operators read it; seconds below one are shown in milliseconds.
+
+    >>> _fmt(0.00301, "s"), _fmt(0.9998, "s"), _fmt(2.0043, "s"), _fmt(95.04, "%"), _fmt(30644.5), _fmt(None)
+    ('3.01 ms', '1.00 s', '2.00 s', '95.0%', '30,644', '-')
+    """
+    if v is None or not math.isfinite(v):
         return "-"
-    if abs(v) >= 1000:
+    if unit == "s":
+        if v != 0 and abs(v) * 1000 < 999.5:
+            return f"{v * 1000:.3g} ms"
+        return f"{v:.2f} s"
+    if unit == "%":
+        return f"{v:.1f}%"
+    a = abs(v)
+    if a >= 1000:
         s = f"{v:,.0f}"
-    elif abs(v) >= 10:
+    elif a >= 10:
         s = f"{v:.1f}"
-    elif abs(v) >= 0.01 or v == 0:
+    elif a >= 0.01 or v == 0:
         s = f"{v:.3f}".rstrip("0").rstrip(".")
     else:
         s = f"{v:.2e}"
-    return f"{s} {unit}".strip() if unit and unit != "%" else f"{s}{unit}"
+    return f"{s} {unit}".strip()
 
 
 def _hms(ts: float | str | None) -> str:
@@ -190,32 +204,16 @@ def _alert_times(alert: dict[str, Any]) -> tuple[float, float, float | None]:
     return first_seen, onset, resolved
 
 
-def alert_match_labels(alert: dict[str, Any]) -> dict[str, str]:
-    """The labels a silence matches against: the alert's labels plus ``type``, ``severity``,
-    ``dedup_key`` and ``alert_id``.
-
-    >>> sorted(alert_match_labels({"labels": {"job_id": "j"}, "type": "job_slowdown", "severity": "critical",
-    ...                            "dedup_key": "k", "alert_id": "a"}).items())[:3]
-    [('alert_id', 'a'), ('dedup_key', 'k'), ('job_id', 'j')]
-    """
-    out = {k: str(v) for k, v in (alert.get("labels") or {}).items()}
-    for name in ("type", "severity", "dedup_key", "alert_id"):
-        if alert.get(name) is not None:
-            out.setdefault(name, str(alert[name]))
-    if alert.get("job_id"):
-        out.setdefault("job_id", str(alert["job_id"]))
-    return out
-
-
 def silence_matches(silence: dict[str, Any], alert: dict[str, Any]) -> bool:
-    """True when every matcher of the silence equals the alert's label of that name.
+    """True when every matcher of the silence equals the alert's label of that name (the labels of
+    :func:`streams.rules.match_labels`, as the correlation stage matches them).
 
-    >>> silence_matches({"matchers": {"job_id": "j"}}, {"labels": {"job_id": "j", "domain": "network"}})
+    >>> silence_matches({"matchers": {"job_id": "j"}}, {"job_id": "j", "type": "job_slowdown", "labels": {}})
     True
-    >>> silence_matches({"matchers": {"job_id": "j", "domain": "storage"}}, {"labels": {"job_id": "j"}})
+    >>> silence_matches({"matchers": {"job_id": "j", "domain": "storage"}}, {"job_id": "j", "labels": {}})
     False
     """
-    labels = alert_match_labels(alert)
+    labels = match_labels(alert)
     return all(labels.get(name) == value for name, value in silence["matchers"].items())
 
 
@@ -241,7 +239,7 @@ def silence_view(silence: dict[str, Any], now: float) -> dict[str, Any]:
 
 
 def silences_for(store: ReadStore, alert: dict[str, Any], now: float) -> list[str]:
-    """Ids of the active silences that match ``alert``."""
+    """Ids of the silences active at ``now`` (wall clock) that match ``alert``."""
     return sorted(s["silence_id"] for s in store.silences.values()
                   if silence_state(s, now) == "active" and silence_matches(s, alert))
 
@@ -256,7 +254,7 @@ def alert_summary(entry: AlertEntry, store: ReadStore, now: float) -> dict[str, 
         "started_at": a.get("started_at"), "detected_at": a.get("detected_at"), "resolved_at": a.get("resolved_at"),
         "domain": rc.get("domain"), "first_mover": _first_mover(a), "summary": a.get("summary"),
         "dedup_key": a.get("dedup_key"), "lifecycle": list(entry.events),
-        "silenced_by": silences_for(store, a, now),
+        "silenced_by": list(a.get("silenced_by") or []), "matching_silences": silences_for(store, a, now),
     }
 
 
@@ -380,13 +378,17 @@ def _pools(inventory: InventoryIndex, info: JobInfo) -> list[dict[str, Any]]:
 
 
 def job_detail(store: ReadStore, inventory: InventoryIndex, job_id: str) -> dict[str, Any] | None:
-    """GPUs, nodes, NIC -> leaf -> spine paths, pools and status of one job (None if unknown)."""
+    """GPUs, nodes, NIC -> leaf -> spine paths, pools and status of one job (None if unknown).
+
+    ``pools`` (as in :func:`job_status`) names the pools; ``storage`` details each (its switches, and
+    the other jobs sharing it).
+    """
     info = inventory.job(job_id)
     if info is None:
         if job_id not in store.job_ids():
             return None
         return {**job_status(store, inventory, job_id), "gpus_per_node": None, "node_list": [], "hostlist": "",
-                "gpu_list": [], "paths": [], "leaves": [], "spines": [], "fabrics": [], "pools": [],
+                "gpu_list": [], "paths": [], "leaves": [], "spines": [], "fabrics": [], "storage": [],
                 "start": None, "end": None, "inventory": False}
     paths = inventory.paths(job_id)
     spines = sorted({s for p in paths for s in p["spines"]})  # type: ignore[attr-defined]
@@ -394,7 +396,7 @@ def job_detail(store: ReadStore, inventory: InventoryIndex, job_id: str) -> dict
         **job_status(store, inventory, job_id),
         "gpus_per_node": info.gpus_per_node, "node_list": list(info.nodes), "hostlist": compact_hosts(info.nodes),
         "gpu_list": _gpu_ids(info), "paths": paths, "leaves": _leaves(inventory, paths), "spines": spines,
-        "fabrics": sorted({str(p["fabric"]) for p in paths}), "pools": _pools(inventory, info),
+        "fabrics": sorted({str(p["fabric"]) for p in paths}), "storage": _pools(inventory, info),
         "start": info.start, "end": info.end, "start_iso": _iso(info.start), "end_iso": _iso(info.end),
         "inventory": True,
     }
@@ -493,7 +495,7 @@ def anomaly_markers(store: ReadStore, job_id: str, start: float, end: float) -> 
         groups.setdefault((lane, r["layer"], r["metric"], math.floor(e.ts)), []).append(e)
     markers = []
     for (lane, layer, metric, _), eps in groups.items():
-        eps.sort(key=lambda e: (e.ts, e.key))
+        eps.sort(key=lambda e: evidence_order(e.start, e.key))
         r = eps[0].start
         ends = [e.end_ts for e in eps]
         markers.append({
@@ -504,8 +506,12 @@ def anomaly_markers(store: ReadStore, job_id: str, start: float, end: float) -> 
             "metric": metric, "meaning": r.get("meaning"), "role": r.get("role"), "direction": r.get("direction"),
             "value": _num(r.get("value")), "p50": _num(r.get("p50")), "p99": _num(r.get("p99")),
             "score": _num(max(float(e.start.get("score", 0.0)) for e in eps), 4), "entities": len({e.key for e in eps}),
+            "_order": evidence_order(r, eps[0].key),
         })
-    markers.sort(key=lambda m: (m["ts"], LANE_ORDER.index(m["lane"]), m["metric"]))
+    # Cause before effect at the same instant, the more physical signal first (as alerts order them).
+    markers.sort(key=lambda m: m["_order"])
+    for m in markers:
+        del m["_order"]
     return markers[:MAX_MARKERS]
 
 
@@ -625,7 +631,7 @@ def diagnosis(store: ReadStore, inventory: InventoryIndex, job_id: str,
     return {
         "job_id": job_id, "name": detail.get("name"), "status": detail["status"], "as_of": store.event_time,
         "as_of_iso": _iso(store.event_time), "alert_id": entry.alert_id if entry else None,
-        "gpus": detail["gpus"], "nodes": detail["nodes"], "pools": [p["pool"] for p in detail["pools"]],
+        "gpus": detail["gpus"], "nodes": detail["nodes"], "pools": detail["pools"],
         "domain": (alert.get("root_cause") or {}).get("domain") if alert else None, "first_mover": fm,
         "answers": answers,
     }
@@ -667,9 +673,9 @@ def _answer_paths(d: dict[str, Any], alert: dict[str, Any] | None) -> dict[str, 
 
 
 def _answer_storage(store: ReadStore, d: dict[str, Any], alert: dict[str, Any] | None) -> dict[str, Any]:
-    if not d["pools"]:
+    if not d["storage"]:
         return _answer("storage", "no storage pool in the job's inventory record", {"pools": []})
-    names = ", ".join(p["pool"] for p in d["pools"])
+    names = ", ".join(p["pool"] for p in d["storage"])
     text = f"{names}"
     ring = store.lanes.get(d["job_id"])
     lat = None
@@ -677,10 +683,10 @@ def _answer_storage(store: ReadStore, d: dict[str, Any], alert: dict[str, Any] |
         lat = _nanmedian(lane_values(store, d["job_id"], "storage_latency", ring.latest - 59, ring.latest + 1))
         if lat is not None:
             text += f"; latency now {_fmt(lat, 's')} (median over the last minute)"
-    shared = sorted({s["job_id"] for p in d["pools"] for s in p["shared_with"]})
+    shared = sorted({s["job_id"] for p in d["storage"] for s in p["shared_with"]})
     if shared:
         text += f"; shared with {', '.join(shared)}"
-    return _answer("storage", text, {"pools": d["pools"], "latency_p50_s": _num(lat)})
+    return _answer("storage", text, {"pools": d["storage"], "latency_p50_s": _num(lat)})
 
 
 def _answers_incident(store: ReadStore, job_id: str, alert: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -712,8 +718,9 @@ def _answers_incident(store: ReadStore, job_id: str, alert: dict[str, Any] | Non
         steps.append({**e, "offset_s": round(t - first_seen, 3), "lane": lane_for(e["layer"], e.get("meaning")),
                       "where": _where(e["source"], e.get("labels"))})
     if sym:
-        text = (f"{sym['metric']} x{float(sym.get('ratio') or 0):.1f} ({_fmt(sym.get('baseline'))} -> "
-                f"{_fmt(sym.get('value'))}) from {_hms(sym.get('onset'))}")
+        unit = "s" if str(sym.get("metric", "")).endswith("_seconds") else ""
+        text = (f"{sym['metric']} x{float(sym.get('ratio') or 0):.1f} ({_fmt(sym.get('baseline'), unit)} -> "
+                f"{_fmt(sym.get('value'), unit)}) from {_hms(sym.get('onset'))}")
     else:
         text = f"slowdown from {_hms(onset)}"
     if fm:
@@ -727,7 +734,7 @@ def _answers_incident(store: ReadStore, job_id: str, alert: dict[str, Any] | Non
         who = f"{s['layer']} {s['metric']}"
         if s.get("entities", 1) > 1:
             who += f" ({s['entities']} series)"
-        later.append(f"{who} +{s['offset_s']:g} s")
+        later.append(f"{who} +{s['offset_s']:.1f} s")
     if later:
         text += ", then " + ", ".join(later)
     change = _answer("change", text, {

@@ -12,7 +12,7 @@ const SVGNS = "http://www.w3.org/2000/svg";
 
 const state = {
   jobs: [], job: null, alert: null, windowMode: "auto", zoom: null, timeline: null, diagnosis: null,
-  alerts: [], silences: [], annotations: [], pickedTs: null, hoverX: null, brush: null,
+  alerts: [], silences: [], annotations: [], pickedTs: null, hoverX: null, hoverY: null, brush: null,
   token: sessionStorage.getItem("lockstep.token") || "", alertsAll: false, busy: false,
 };
 
@@ -247,7 +247,7 @@ function renderHead() {
   facts.replaceChildren(
     fact("GPUs", d.gpus), fact("nodes", d.nodes), fact("hosts", d.hostlist || "–"),
     fact("leaves", (d.leaves || []).map((l) => l.switch).join(", ") || "–"), fact("spines", (d.spines || []).join(", ") || "–"),
-    fact("storage", (d.pools || []).map((p) => p.pool).join(", ") || "–"), fact("fabric", (d.fabrics || []).join(", ") || "–"),
+    fact("storage", (d.pools || []).join(", ") || "–"), fact("fabric", (d.fabrics || []).join(", ") || "–"),
     fact("state", d.state));
   const box = $("#job-alert");
   box.replaceChildren();
@@ -263,7 +263,10 @@ function fact(label, value) {
 }
 
 // -- the timeline ----------------------------------------------------------------------------------
-const G = { left: 178, right: 16, top: 34, laneH: 52, gap: 7, axis: 26 };
+const G = { left: 204, right: 16, top: 48, laneH: 52, gap: 7, axis: 46 };
+// The entity that matters most on a lane: the highest (errors, latency, ...) or, for GPU utilisation, the lowest.
+const worstOf = (lane) => (lane.lane === "gpu_util" ? lane.min : lane.max);
+const worstName = (lane) => (lane.lane === "gpu_util" ? "min" : "max");
 
 function renderTimeline() {
   const tl = state.timeline;
@@ -307,7 +310,7 @@ function renderTimeline() {
     g.append(svg("rect", { class: "incident", x: x1, y: G.top - 6, width: Math.max(2, x2 - x1), height: bottom - G.top + 6, rx: 3 }));
     g.append(svg("line", { class: "onset", x1: x(inc.onset), x2: x(inc.onset), y1: G.top - 6, y2: bottom }));
     const label = `incident ${hms(inc.start)} → ${inc.end === null ? "ongoing" : hms(inc.end)} · ${inc.severity} · ${inc.domain}`;
-    g.append(svg("text", { class: "incident-label", x: x2 - 4, y: G.top - 11, "text-anchor": "end" }, label));
+    g.append(svg("text", { class: "incident-label", x: x1 + 4, y: G.top - 12 }, label));
     g.append(svg("title", {}, inc.summary || label));
     incidents.append(g);
   }
@@ -341,7 +344,12 @@ function renderTimeline() {
   for (const n of tl.annotations || []) {
     const nx = x(n.ts);
     notes.append(svg("line", { class: "note-line", x1: nx, x2: nx, y1: G.top - 4, y2: bottom }));
-    notes.append(svg("text", { class: "note-label", x: nx + 4, y: bottom - 4 }, `${n.kind}: ${n.text}`.slice(0, 48)));
+    const text = `${n.kind}: ${n.text}`.slice(0, 48);
+    const w = text.length * 6.2 + 10;
+    const bx = nx + w + 4 > G.left + state.geom.plotW ? nx - w - 4 : nx + 4;
+    notes.append(svg("line", { class: "note-line", x1: nx, x2: nx, y1: bottom, y2: bottom + 24 }));
+    notes.append(svg("rect", { class: "note-box", x: bx, y: bottom + 23, width: w, height: 16, rx: 3 }));
+    notes.append(svg("text", { class: "note-label", x: bx + 5, y: bottom + 35 }, text));
   }
   if (state.pickedTs !== null && state.pickedTs >= tl.from && state.pickedTs <= tl.to) {
     notes.append(svg("line", { class: "picked", x1: x(state.pickedTs), x2: x(state.pickedTs), y1: G.top - 4, y2: bottom }));
@@ -361,10 +369,10 @@ function renderTimeline() {
 function drawLane(lane, i, y0, x, tl) {
   const g = svg("g", { class: "lane", "data-lane": lane.lane, "data-has-data": lane.has_data ? "true" : "false" });
   const color = LANE_COLORS[lane.lane] || "#5ec8f0";
-  g.append(svg("text", { class: "lane-title", x: 12, y: y0 + 16 }, lane.title));
-  g.append(svg("text", { class: "lane-unit", x: 12, y: y0 + 30 }, `${lane.layers} · ${lane.unit}`));
+  g.append(svg("text", { class: "lane-title", x: 14, y: y0 + 15 }, lane.title));
+  g.append(svg("text", { class: "lane-unit", x: 14, y: y0 + 29 }, `${lane.layers} · ${lane.unit}`));
   const lastIdx = lastIndex(lane.p50);
-  const value = svg("text", { class: "lane-value", x: G.left - 10, y: y0 + 16, "text-anchor": "end", "data-role": "lane-value" },
+  const value = svg("text", { class: "lane-value", x: G.left - 10, y: y0 + 15, "text-anchor": "end", "data-role": "lane-value" },
     lastIdx >= 0 ? fmt(lane.p50[lastIdx], lane.unit) : "");
   g.append(value);
   g.append(svg("rect", { x: 4, y: y0 + 4, width: 3, height: G.laneH - 8, rx: 1.5, fill: color }));
@@ -373,7 +381,8 @@ function drawLane(lane, i, y0, x, tl) {
     return g;
   }
   const vals = [];
-  for (const arr of [lane.p50, lane.p99, lane.min]) for (const v of arr) if (v !== null) vals.push(v);
+  const worst = worstOf(lane);
+  for (const arr of [lane.p50, lane.p99, worst]) for (const v of arr) if (v !== null) vals.push(v);
   if (lane.baseline.p50 !== null) vals.push(lane.baseline.p50);
   let lo = Math.min(...vals);
   let hi = Math.max(...vals);
@@ -392,9 +401,10 @@ function drawLane(lane, i, y0, x, tl) {
     const by = y(lane.baseline.p50);
     g.append(svg("line", { class: "base", x1: G.left, x2: G.left + state.geom.plotW, y1: by, y2: by }));
   }
+  g.append(svg("path", { class: "worst", d: linePath(worst, px, y), stroke: color }));
   g.append(svg("path", { class: "p50", d: linePath(lane.p50, px, y), stroke: color }));
-  g.append(svg("text", { class: "lane-unit", x: G.left - 10, y: y0 + 30, "text-anchor": "end" },
-    lane.baseline.p50 !== null ? `base ${fmt(lane.baseline.p50, lane.unit)}` : ""));
+  g.append(svg("text", { class: "lane-unit", x: 14, y: y0 + 43 },
+    lane.baseline.p50 !== null ? `baseline ${fmt(lane.baseline.p50, lane.unit)}` : ""));
   return g;
 }
 
@@ -443,7 +453,7 @@ function drawFirstMover(tl, lanes, x, laneTop, bottom, width) {
   g.setAttribute("data-port", (fm.labels && fm.labels.port) || "");
   g.setAttribute("data-lane", fm.lane || "");
   g.setAttribute("data-domain", fm.domain || "");
-  g.append(svg("line", { class: "mover-line", x1: mx, x2: mx, y1: G.top - 22, y2: bottom }));
+  g.append(svg("line", { class: "mover-line", x1: mx, x2: mx, y1: 21, y2: bottom }));
   const cy = laneTop(i) + G.laneH / 2;
   g.append(svg("circle", { class: "mover-dot", cx: mx, cy, r: 6 }));
   const label = `① first mover · ${fm.where} · ${fm.metric} · ${hms(fm.ts)}`;
@@ -469,6 +479,7 @@ function bindPointer(overlay) {
   overlay.addEventListener("mousemove", (ev) => {
     const px = svgX(ev);
     state.hoverX = px;
+    state.hoverY = svgY(ev);
     if (state.brush) {
       const a = Math.min(state.brush, px);
       state.brushRect.setAttribute("x", String(a));
@@ -505,6 +516,11 @@ function bindPointer(overlay) {
   });
 }
 
+function svgY(ev) {
+  const rect = $("#timeline").getBoundingClientRect();
+  return ((ev.clientY - rect.top) / rect.height) * state.geom.height;
+}
+
 function svgX(ev) {
   const root = $("#timeline");
   const rect = root.getBoundingClientRect();
@@ -527,7 +543,8 @@ function hover(px) {
   state.cursor.setAttribute("visibility", "visible");
   const rows = tl.lanes.map((lane) => el("tr", {}, el("td", { text: lane.title }),
     el("td", { class: "v", text: fmt(lane.p50[k], lane.unit) }),
-    el("td", { class: "v muted", text: lane.p99[k] === null ? "" : `p99 ${fmt(lane.p99[k], lane.unit)}` })));
+    el("td", { class: "v muted", text: lane.p99[k] === null ? "" : `p99 ${fmt(lane.p99[k], lane.unit)}` }),
+    el("td", { class: "v muted", text: worstOf(lane)[k] === null ? "" : `${worstName(lane)} ${fmt(worstOf(lane)[k], lane.unit)}` })));
   const t0 = tl.ts[k];
   const near = (tl.anomalies || []).filter((m) => m.ts >= t0 && m.ts < t0 + tl.step);
   const tip = $("#tip");
@@ -536,10 +553,13 @@ function hover(px) {
   tip.hidden = false;
   const wrap = $("#timeline-wrap");
   const scale = wrap.clientWidth / g.width;
+  const tw = tip.offsetWidth || 300;
+  const th = tip.offsetHeight || 220;
   let left = cx * scale + 14;
-  if (left + 260 > wrap.clientWidth) left = cx * scale - 274;
+  if (left + tw > wrap.clientWidth) left = cx * scale - tw - 14;
+  const my = (state.hoverY === null ? G.top : state.hoverY) * scale;
   tip.style.left = `${Math.max(0, left)}px`;
-  tip.style.top = `${G.top}px`;
+  tip.style.top = `${Math.max(0, Math.min(my + 14, wrap.clientHeight - th - 4))}px`;
   // The lane labels on the left follow the cursor.
   document.querySelectorAll("#timeline .lane").forEach((node, i) => {
     const lane = tl.lanes[i];
@@ -641,7 +661,8 @@ function renderAlerts() {
     const tr = el("tr", { class: a.alert_id === state.alert ? "sel" : "", "data-alert": a.alert_id,
       onclick: () => selectJob(a.job_id, a.alert_id) },
       el("td", {}, el("span", { class: `pill ${a.status}`, text: a.status }), " ", el("span", { class: `pill ${a.severity}`, text: a.severity }),
-        a.silenced_by.length ? el("div", { class: "muted small", text: "silenced" }) : null),
+        a.silenced_by.length ? el("div", { class: "muted small", title: a.silenced_by.join(", "), text: "silenced (not notified)" }) : null,
+        !a.silenced_by.length && a.matching_silences.length ? el("div", { class: "muted small", text: "a silence matches it now" }) : null),
       el("td", {}, el("div", { text: a.job_id || "–" }), el("div", { class: "muted small", text: `${a.gpus} GPUs` })),
       el("td", {}, el("div", {}, el("span", { class: `pill ${a.domain}`, text: a.domain || "?" }), " ", fm ? fm.where : "no first mover"),
         el("div", { class: "muted small", text: fm ? `${fm.metric} at ${hms(fm.first_seen)}` : (a.summary || "") })),
@@ -660,7 +681,7 @@ function renderSilences() {
   if (!shown.length) ul.append(el("li", { class: "empty", text: "no silences" }));
   for (const s of shown) {
     ul.append(el("li", { "data-silence": s.silence_id },
-      el("span", { class: `pill ${s.state}`, text: s.state }),
+      el("span", { class: `pill ${s.state}`, text: s.kind === "maintenance" ? `${s.state} · maint.` : s.state }),
       el("span", { class: "grow" }, ...Object.entries(s.matchers).map(([k, v]) => el("span", { class: "chip", text: `${k}=${v}` })),
         el("div", { class: "muted small", text: `${hms(s.starts_at)} → ${hms(s.ends_at)} UTC · ${s.created_by}: ${s.comment}` })),
       s.state !== "expired" ? el("button", { class: "btn danger", type: "button", text: "Expire",

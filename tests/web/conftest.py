@@ -1,0 +1,146 @@
+"""Web fixtures: one worker serving the API and page, fed a replay of the seed incident.
+
+The worker runs on its own event loop in a background thread (so tests, the CLI and a browser can
+talk to it over real HTTP), on the real embedded broker, and is fed exactly as ``lockstep replay``
+feeds its worker: the same file (``write_simulation``), the same validation and ordering
+(``read_input``), inventory first, then one message per source and second (``batch_messages``),
+then an end-of-input marker on every telemetry partition. The fixture returns once correlation
+finished every partition and the worker's read model has read every output record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+import pytest
+
+from lockstep.broker import EmbeddedBroker
+from models.settings import LockstepSettings
+
+T = TypeVar("T")
+TOKEN = "web-test-token"
+
+
+@dataclass
+class LiveWorker:
+    """A worker serving HTTP at :attr:`url`, running on :attr:`loop` in a thread of its own."""
+
+    url: str
+    settings: LockstepSettings
+    bootstrap: str
+    loop: asyncio.AbstractEventLoop
+    worker: Any
+    token: str = TOKEN
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        """Run a coroutine on the worker's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+
+async def _feed_seed_incident(settings: LockstepSettings, bootstrap: str, path: Path) -> tuple[Any, dict[str, Any]]:
+    from agents.kafka import start_producer
+    from agents.topics import TopicCatalogue, create_topics
+    from lockstep.replay import batch_messages, read_input
+    from lockstep.worker import Worker
+    from models.inventory import inventory_key
+
+    with open(path, "rb") as fh:
+        data = read_input(fh)
+    assert not data.bad
+    cat = TopicCatalogue(settings)
+    await create_topics(settings, bootstrap)
+    producer = await start_producer(settings, bootstrap)
+    try:
+        for _, _, event in data.inventory:
+            await producer.send(cat.inventory, event.model_dump_json().encode(), key=inventory_key(event).encode())
+        await producer.flush()
+        finished: set[int] = set()
+        done = asyncio.Event()
+
+        def on_finished(partition: int) -> None:
+            finished.add(partition)
+            if len(finished) >= settings.partitions:
+                done.set()
+
+        worker = Worker(settings, bootstrap, expected_origins=cat.telemetry_origins(), on_finished=on_finished,
+                        serve_web=True)
+        await worker.start()
+        messages = 0
+        for layer, key, raws in batch_messages(data.samples):
+            await producer.send(cat.telemetry(layer), b"[" + b",".join(raws) + b"]", key=key.encode())
+            messages += 1
+        eos = orjson.dumps({"lockstep_control": "eos"})
+        for topic in cat.telemetry_topics:
+            for partition in range(settings.partitions):
+                await producer.send(topic, eos, partition=partition)
+        await producer.flush()
+        await asyncio.wait_for(done.wait(), timeout=600)
+        await worker.flush()
+        await read_model_caught_up(worker)
+        return worker, {"samples": len(data.samples), "messages": messages}
+    finally:
+        await producer.stop()
+
+
+async def read_model_caught_up(worker: Any, timeout_s: float = 120.0) -> None:
+    """Wait until the worker's read model has read every output partition to its current end."""
+    rm = worker.web.readmodel
+    consumer = rm.consumer
+    end = await consumer.end_offsets(rm.partitions)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        behind = [tp for tp in rm.partitions if await consumer.position(tp) < end[tp]]
+        if not behind:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"read model still behind on {behind}")
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def web_broker() -> Iterator[EmbeddedBroker]:
+    b = EmbeddedBroker()
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def web_settings(broker: EmbeddedBroker, tmp: Path, **extra: Any) -> LockstepSettings:
+    run = uuid.uuid4().hex[:8]
+    return LockstepSettings(  # type: ignore[call-arg]
+        _env_file=None, kafka_bootstrap_servers=broker.bootstrap, topic_prefix=f"w{run}.", app_id=f"lockstep-web-{run}",
+        partitions=4, data_dir=tmp / "data", web_host="127.0.0.1", web_port=0, **extra)
+
+
+@pytest.fixture(scope="session")
+def seed_worker(web_broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveWorker]:
+    """A worker with the API and page, fed the seed incident (llm-70b, leaf03 port 17)."""
+    from lockstep.replay import write_simulation
+
+    tmp = tmp_path_factory.mktemp("web")
+    path = tmp / "seed.jsonl"
+    write_simulation(path, "seed-incident")
+    settings = web_settings(web_broker, tmp, api_token=TOKEN)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="seed-worker", daemon=True)
+    thread.start()
+    worker = None
+    try:
+        worker, summary = asyncio.run_coroutine_threadsafe(
+            _feed_seed_incident(settings, web_broker.bootstrap, path), loop).result(900)
+        yield LiveWorker(worker.web_url, settings, web_broker.bootstrap, loop, worker, summary=summary)
+    finally:
+        if worker is not None:
+            asyncio.run_coroutine_threadsafe(worker.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
