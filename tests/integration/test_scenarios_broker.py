@@ -1,0 +1,73 @@
+"""Every fault scenario, replayed through the real broker and the real agents, yields its alert.
+
+The seed incident itself is covered by test_replay.py; these are the correlation scenarios of the
+correlation issue. One replay each (the lab scenarios use a 16-node cluster, so they stay quick).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from lockstep.replay import replay, write_simulation
+from models.settings import LockstepSettings
+
+pytestmark = pytest.mark.broker
+
+
+def replay_scenario(name: str, settings: LockstepSettings, tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / f"{name}.jsonl"
+    write_simulation(path, name)
+    out = io.StringIO()
+    asyncio.run(replay(settings, path, out))
+    return [orjson.loads(line) for line in out.getvalue().splitlines()]
+
+
+def slowdowns(alerts: list[dict[str, Any]]) -> list[tuple[str, str | None, str, str | None]]:
+    return [(a["status"], a["job_id"], a["root_cause"]["domain"], a["root_cause"]["source"])
+            for a in alerts if a["type"] == "job_slowdown"]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "job", "domain", "source", "labels"),
+    [
+        ("roce-retransmits", "roce-c", "network", "gpu014", {"device": "mlx5_0"}),
+        ("storage-latency", "train-a", "storage", "lustre-a", {}),
+        ("dataloader", "train-a", "dataloader", "gpu003", {}),
+        ("xid", "train-a", "compute", "gpu005", {"gpu": "3"}),
+    ],
+)
+def test_fault_scenario_through_the_broker(scenario: str, job: str, domain: str, source: str,
+                                           labels: dict[str, str], settings: LockstepSettings,
+                                           tmp_path: Path) -> None:
+    alerts = replay_scenario(scenario, settings, tmp_path)
+    assert slowdowns(alerts) == [("firing", job, domain, source), ("resolved", job, domain, source)]
+    got = alerts[0]["root_cause"]["labels"]
+    assert {k: got.get(k) for k in labels} == labels
+    assert {a["type"] for a in alerts} == {"job_slowdown"}
+
+
+def test_checkpoint_contention_through_the_broker(settings: LockstepSettings, tmp_path: Path) -> None:
+    alerts = replay_scenario("checkpoint-contention", settings, tmp_path)
+    assert [(a["type"], a["status"]) for a in alerts] == [("checkpoint_contention", "firing"),
+                                                        ("checkpoint_contention", "resolved")]
+    assert alerts[-1]["details"]["jobs"] == ["train-a", "train-b"]
+    assert alerts[-1]["details"]["advice"]["move"] == "train-b"
+
+
+def test_clock_skew_through_the_broker(settings: LockstepSettings, tmp_path: Path) -> None:
+    alerts = replay_scenario("clock-skew", settings, tmp_path)
+    assert slowdowns(alerts) == [("firing", "llm-70b", "network", "leaf03"), ("resolved", "llm-70b", "network", "leaf03")]
+    skew = [a for a in alerts if a["type"] == "clock_skew"]
+    assert [(a["status"], a["root_cause"]["source"]) for a in skew] == [("firing", "gpu005")]
+    assert -6.3 < skew[0]["details"]["offset_s"] < -5.7
+
+
+def test_a_healthy_cluster_with_jobs_starting_and_ending_raises_nothing(settings: LockstepSettings,
+                                                                          tmp_path: Path) -> None:
+    assert replay_scenario("healthy-churn", settings, tmp_path) == []
