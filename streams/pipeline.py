@@ -385,7 +385,10 @@ class PartitionPipeline:
             if direction == "both":
                 direction = "up" if (tr.value[k] >= tr.p50[k] or np.isnan(tr.p50[k])) else "down"
             ing = float(ingest[i])
+            # Only a source flagged as skewed is re-timed; within tolerance, clocks are trusted as they are.
             offset, uncertainty = self.clocks.offset(meta.source)
+            if not self.clocks.skewed(meta.source):
+                offset = 0.0
             gap = float(ts[i] - prev_ts[i])
             interval = gap if math.isfinite(gap) and gap > 0 else 0.0
             for a in affected:
