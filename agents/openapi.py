@@ -83,7 +83,8 @@ def _schemas() -> dict[str, Any]:
     s["JobDetail"] = {"allOf": [_ref("JobStatus"), _obj({
         "gpus_per_node": NINT, "node_list": _arr(STR), "hostlist": STR, "gpu_list": _arr(STR),
         "paths": _arr(_ref("Path")), "leaves": _arr(_ref("Leaf")), "spines": _arr(STR), "fabrics": _arr(STR),
-        "storage": _arr(_ref("Pool")), "start": NNUM, "end": NNUM, "inventory": BOOL})]}
+        "storage": _arr(_ref("Pool")), "start": NNUM, "end": NNUM, "inventory": BOOL,
+        "stats": {"type": ["object", "null"], "description": "the job's latest record on the stats topic"}})]}
     series = _arr(NNUM)
     s["Lane"] = _obj({
         "lane": {"enum": list(LANE_ORDER)}, "title": STR, "unit": STR, "layers": STR, "has_data": BOOL,
@@ -128,9 +129,12 @@ def _schemas() -> dict[str, Any]:
         "switch_jobs": _arr(_obj({"job_id": STR, "gpus": INT, "behind_this_port": BOOL})),
         "anomalies": _arr(OBJ), "alerts": _arr(OBJ)})
     s["AnnotationList"] = _obj({"annotations": _arr(_ref("AnnotationRecord"))})
-    s["Silence"] = {"allOf": [_ref("SilenceRecord"), _obj({
-        "state": {"enum": ["pending", "active", "expired"]}, "starts_at_iso": STR, "ends_at_iso": STR,
-        "created_at_iso": STR, "updated_at_iso": STR})]}
+    record = s["SilenceRecord"]  # the record as on the topic (closed), plus what the API adds
+    s["Silence"] = {"type": "object", "description": "A silence record with its state at the time of the request",
+                    "properties": {**record["properties"], "state": {"enum": ["pending", "active", "expired"]},
+                                   "starts_at_iso": STR, "ends_at_iso": STR, "created_at_iso": STR,
+                                   "updated_at_iso": STR},
+                    "required": [*record["required"], "state"], "additionalProperties": False}
     s["SilenceList"] = _obj({"silences": _arr(_ref("Silence"))})
     s["Ready"] = _obj({"ready": BOOL, "checks": _obj({"inventory": BOOL, "agents": BOOL, "read_model": BOOL}),
                        "inventory_jobs": INT, "read_model": OBJ})

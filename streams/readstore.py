@@ -13,7 +13,8 @@ Bounds (see :class:`ReadStoreConfig`):
   (the job updated longest ago is dropped first);
 - per job, at most ``max_episodes_per_job`` anomaly episodes, none older than ``history_s`` before
   the job's latest second;
-- the latest ``max_alerts`` alerts with their lifecycle; the latest stats record per job;
+- the latest ``max_alerts`` alerts with their lifecycle; the latest stats record per job, and the
+  ``annotation_effect`` records (step time before/after an annotation) of the ``stats`` topic;
 - per job, the latest ``max_annotations_per_job`` annotations; at most ``max_silences`` silences.
 
 Nothing here reads the clock or does I/O. Records that do not have the documented shape are counted
@@ -155,6 +156,7 @@ class ReadStore:
         self.open_episodes: dict[tuple[str, str], EpisodeView] = {}
         self.alerts: OrderedDict[str, AlertEntry] = OrderedDict()
         self.stats: dict[str, dict[str, Any]] = {}
+        self.effects: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.annotations: dict[str, OrderedDict[str, dict[str, Any]]] = {}
         self.silences: dict[str, dict[str, Any]] = {}
         self.applied: dict[str, int] = dict.fromkeys(KINDS, 0)
@@ -191,6 +193,13 @@ class ReadStore:
         if kind == "alerts":
             return self._alert(value)
         if kind == "stats":
+            if value.get("type") == "annotation_effect":  # step time before/after an annotation (correlation)
+                self.effects[str(value["annotation_id"])] = value
+                while len(self.effects) > self.config.max_annotations_per_job * 10:
+                    self.effects.popitem(last=False)
+                return True
+            if value.get("type", "stats") != "stats":
+                return False
             job = str(value["job_id"])
             current = self.stats.get(job)
             if current is None or float(value["ts"]) >= float(current["ts"]):

@@ -389,7 +389,7 @@ def job_detail(store: ReadStore, inventory: InventoryIndex, job_id: str) -> dict
             return None
         return {**job_status(store, inventory, job_id), "gpus_per_node": None, "node_list": [], "hostlist": "",
                 "gpu_list": [], "paths": [], "leaves": [], "spines": [], "fabrics": [], "storage": [],
-                "start": None, "end": None, "inventory": False}
+                "start": None, "end": None, "inventory": False, "stats": store.stats.get(job_id)}
     paths = inventory.paths(job_id)
     spines = sorted({s for p in paths for s in p["spines"]})  # type: ignore[attr-defined]
     return {
@@ -398,7 +398,7 @@ def job_detail(store: ReadStore, inventory: InventoryIndex, job_id: str) -> dict
         "gpu_list": _gpu_ids(info), "paths": paths, "leaves": _leaves(inventory, paths), "spines": spines,
         "fabrics": sorted({str(p["fabric"]) for p in paths}), "storage": _pools(inventory, info),
         "start": info.start, "end": info.end, "start_iso": _iso(info.start), "end_iso": _iso(info.end),
-        "inventory": True,
+        "inventory": True, "stats": store.stats.get(job_id),
     }
 
 
@@ -777,7 +777,8 @@ def _answer_after_fix(store: ReadStore, job_id: str, alert: dict[str, Any] | Non
         fix_ts, how = None, None
     before = (first_seen - BASELINE_S, first_seen)
     evidence: dict[str, Any] = {"alert_id": alert["alert_id"], "fix": fix, "resolved_at": alert.get("resolved_at"),
-                                "annotations": notes}
+                                "annotations": notes,
+                                "effect": store.effects.get(fix["annotation_id"]) if fix is not None else None}
     b = _nanmedian(lane_values(store, job_id, "step_time", *before))
     if fix_ts is None:
         d = _nanmedian(lane_values(store, job_id, "step_time", onset, latest)) if latest else None
@@ -798,6 +799,10 @@ def _answer_after_fix(store: ReadStore, job_id: str, alert: dict[str, Any] | Non
         text += f", {_fmt(d, 's')} during)" if d is not None else ")"
     elif after is None:
         text += "; no step time after it yet"
+    effect = evidence["effect"]
+    if effect is not None and effect.get("p50_ratio") is not None:
+        text += (f"; slowest rank x{effect['p50_ratio']:.2f} in the {effect.get('window_s', 0):g} s after vs "
+                 "before it")
     evidence["step_time"] = {"before_p50": _num(b), "during_p50": _num(d), "after_p50": _num(after),
                              "after_window": [fix_ts, after_end]}
     evidence["recovered"] = recovered

@@ -245,6 +245,15 @@ def test_diagnosis_answers_the_seven_questions() -> None:
     assert after["answer"] == ("fix at 11:45:40 (new cable); step time back to 1.00 s (x1.00 of 1.00 s before, "
                                "2.00 s during)")
     assert after["evidence"]["recovered"] is True and after["evidence"]["fix"]["annotation_id"] == "n1"
+    # The correlation stage's own before/after record for the annotation joins the evidence.
+    effect = {"type": "annotation_effect", "annotation_id": "n1", "job_id": "j1", "ts": T0 + 340, "kind": "fix",
+              "text": "new cable", "window_s": 120.0, "metric": "step_time", "before": {"n": 120, "p50": 1.9},
+              "after": {"n": 120, "p50": 1.0}, "p50_ratio": 0.5263}
+    assert store.apply("stats", effect) and store.stats == {}  # not taken for the job's latest stats
+    with_effect = views.diagnosis(store, inv, "j1")
+    assert with_effect is not None
+    assert with_effect["answers"][6]["evidence"]["effect"] == effect
+    assert with_effect["answers"][6]["answer"].endswith("slowest rank x0.53 in the 120 s after vs before it")
     quiet = views.diagnosis(store, inv, "j2")
     assert quiet is not None and quiet["domain"] is None and quiet["answers"][6]["answer"] == "no incident to fix"
 
