@@ -82,6 +82,8 @@ class ReplayInput:
     bad: list[BadLine] = field(default_factory=list)
     #: Real-format envelopes, in event-time order.
     envelopes: list[Envelope] = field(default_factory=list)
+    #: Operator annotations (``{"type": "annotation", "job_id", "ts", "text", ...}``), as topic records.
+    annotations: list[Any] = field(default_factory=list)
 
 
 def read_input(lines: Iterable[bytes]) -> ReplayInput:
@@ -114,6 +116,12 @@ def read_input(lines: Iterable[bytes]) -> ReplayInput:
                 out.bad.append(BadLine(number, f"inventory {doc.get('kind')}: {reason}", raw))
                 continue
             out.inventory.append((event.ts, number, event))
+        elif doc.get("type") == "annotation":
+            annotation, reason = parse_annotation(doc, raw)
+            if annotation is None:
+                out.bad.append(BadLine(number, f"annotation: {reason}", raw))
+                continue
+            out.annotations.append(annotation)
         elif "carrier" in doc:
             envelope, reason = parse_envelope(doc, number)
             if envelope is None:
@@ -122,11 +130,32 @@ def read_input(lines: Iterable[bytes]) -> ReplayInput:
             out.envelopes.append(envelope)
         else:
             out.bad.append(BadLine(number, "neither a sample (no 'layer') nor an inventory event "
-                                           "(kind job|link|switch|pool) nor a carrier envelope ('carrier')", raw))
+                                           "(kind job|link|switch|pool) nor a carrier envelope ('carrier') "
+                                           "nor an annotation (type annotation)", raw))
     out.inventory.sort(key=lambda t: (t[0], t[1]))
     out.samples.sort(key=lambda t: (t[0], t[1]))
     out.envelopes.sort(key=lambda e: (e.ts, e.line))
     return out
+
+
+def parse_annotation(doc: dict[str, Any], raw: bytes) -> tuple[Any | None, str | None]:
+    """An annotation line: ``job_id``, ``ts`` and ``text`` (``kind``, ``author`` optional). Its id is a
+    hash of the line, so a replay of the same file gives the same records."""
+    import hashlib
+
+    from pydantic import ValidationError
+
+    from models.operator import AnnotationRecord, AnnotationRequest
+
+    try:
+        req = AnnotationRequest.model_validate({k: v for k, v in doc.items() if k != "type"})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return None, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    if req.ts is None:
+        return None, "ts: an annotation in a replay file needs its event time"
+    return AnnotationRecord(annotation_id=hashlib.sha1(raw).hexdigest()[:16], job_id=req.job_id, ts=req.ts,
+                            kind=req.kind, text=req.text, author=req.author, created_at=req.ts), None
 
 
 _ENVELOPE_FIELDS = frozenset({"carrier", "ts", "headers", "payload", "payload_b64", "key"})
@@ -241,6 +270,9 @@ async def replay(settings: LockstepSettings, input_path: Path, output: TextIO, *
                 "ts": 0.0, "retryable": False}))
         for _, _, event in data.inventory:
             await producer.send(cat.inventory, event.model_dump_json().encode(), key=inventory_key(event).encode())
+        for annotation in data.annotations:
+            await producer.send(cat.annotations, annotation.model_dump_json().encode(),
+                                key=annotation.job_id.encode())
         carriers = {c.format: c for c in cat.carrier_topics()}
         inventory_envelopes = [e for e in data.envelopes if carriers[e.carrier].produces == "inventory"]
         telemetry_envelopes = [e for e in data.envelopes if carriers[e.carrier].produces == "samples"]
@@ -294,6 +326,7 @@ async def replay(settings: LockstepSettings, input_path: Path, output: TextIO, *
         summary = {
             "samples": len(data.samples), "inventory": len(data.inventory), "bad_lines": len(data.bad),
             "messages": messages, "envelopes": len(data.envelopes), "alerts": len(alerts),
+            "annotations": len(data.annotations), "topic_prefix": settings.topic_prefix,
             "seconds": round(time.monotonic() - started, 2),
         }
         log.info("replay done: %s", summary)

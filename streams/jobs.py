@@ -53,6 +53,8 @@ class JobPartition:
         elif kind == "annotation":
             self.signals.annotate(rec)
             res.changed = True
+            # After the end of input the watermark no longer moves: judge it against the one reached.
+            res.stats += self.signals.annotation_effects(self.correlator.watermark)
         elif kind in ("anomaly", "watermark", "clock"):
             out = self.correlator.on_record(rec, now_wall)
             res.alerts, res.late, res.finished = out.alerts, out.late, out.finished

@@ -88,7 +88,7 @@ class JobSignals:
             self.annotations.append({k: rec[k] for k in ("annotation_id", "job_id", "ts", "kind", "text")
                                      if k in rec})
 
-    def _annotation_effects(self, watermark: float) -> list[dict[str, Any]]:
+    def annotation_effects(self, watermark: float) -> list[dict[str, Any]]:
         """``annotation_effect`` records for annotations whose after-window is complete."""
         w = self.config.annotation_window_s
         out, keep = [], []
@@ -158,7 +158,7 @@ class JobSignals:
         # Stats see each completed second once, in one sketch update (values carry their second's time).
         self.stats.add_batch(stat_keys, stat_ts, stat_values)
         stats = self.stats.advance(watermark) if math.isfinite(watermark) else []
-        stats += self._annotation_effects(watermark)
+        stats += self.annotation_effects(watermark)
         return timelines, stats
 
     def step_times(self, job_id: str, start: float, end: float) -> np.ndarray:

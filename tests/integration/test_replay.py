@@ -82,9 +82,13 @@ def test_malformed_lines_are_reported_and_every_good_line_still_processed(
             mixed.append(MALFORMED[len(bad_numbers)])
             bad_numbers.append(len(mixed))
         mixed.append(line)
+    # An operator's fix when the step time recovers: the stats report step time before and after it.
+    mixed.append(orjson.dumps({"type": "annotation", "job_id": "llm-70b", "ts": "2025-11-30T11:43:13Z",
+                               "kind": "fix", "text": "drained leaf03 port 17", "author": "netops"}))
     path = tmp_path / "mixed.jsonl"
     path.write_bytes(b"\n".join(mixed) + b"\n")
     out, err = io.StringIO(), io.StringIO()
+    settings = settings.model_copy(update={"annotation_window_s": 40.0})
     summary = asyncio.run(replay(settings, path, out, stderr=err))
     assert summary["bad_lines"] == len(MALFORMED)
     reported = err.getvalue().splitlines()
@@ -100,6 +104,16 @@ def test_malformed_lines_are_reported_and_every_good_line_still_processed(
     assert sorted(d["record"] for d in dlq) == sorted(f"line {n}" for n in bad_numbers)
     import base64
     assert {base64.b64decode(d["original"]) for d in dlq} == set(MALFORMED)
+    # Question 7, "what happened after the fix?": step time p50 before and after the annotation.
+    assert summary["annotations"] == 1
+    stats = asyncio.run(read_topic(settings, settings.kafka_bootstrap_servers or "",
+                                   TopicCatalogue(settings.model_copy(
+                                       update={"topic_prefix": summary["topic_prefix"]})).stats))
+    [effect] = [s for s in stats if s["type"] == "annotation_effect"]
+    assert effect["job_id"] == "llm-70b" and effect["text"] == "drained leaf03 port 17"
+    assert 1.8 < effect["before"]["p50"] < 2.3 and 0.9 < effect["after"]["p50"] < 1.1
+    assert effect["p50_ratio"] < 0.6
+    assert any(s["type"] == "stats" and "step_time" in s["metrics"] for s in stats)
 
 
 def _replay_dlq(settings: LockstepSettings) -> list[dict[str, Any]]:
