@@ -32,7 +32,7 @@ def render_alert(alert: dict[str, Any], width: int = 100) -> str:
     ...     "job_id": "j", "gpus": 16, "nodes": ["a", "b"], "summary": "s", "started_at": "2025-11-30T11:42:18.000Z",
     ...     "symptom": None, "root_cause": {"domain": "unknown", "source": None}, "timeline": [],
     ...     "other_jobs": []}).splitlines()[0][:60])
-    ━━ FIRING critical · job_slowdown · j (16 GPUs, 2 nodes) ━━━━━━━━━
+    ━━ FIRING critical · job_slowdown · j (16 GPUs, 2 nodes) ━━━
     """
     status = alert["status"].upper()
     head = (f"━━ {status} {alert['severity']} · {alert['type']} · {alert.get('job_id') or '-'} "
