@@ -1,0 +1,82 @@
+"""Baseline consumers for ``lockstep bench``, each run as its own process like a worker.
+
+    python -m benchmarks.consumers bare  --bootstrap H:P --group G --topics T1,T2,...
+    python -m benchmarks.consumers faust --bootstrap H:P --group G --topics T1,T2,...
+
+- ``bare``: an aiokafka consumer in a group that decodes every message with orjson and counts its
+  samples (the floor any Kafka consumer in Python pays);
+- ``faust``: a Faust app with Lockstep's transport and commit settings and one agent that does
+  nothing with its events (the floor any Faust agent pays per message).
+
+Both commit every second, like the worker, so ``lockstep bench`` measures all three the same way:
+from the group's committed offsets. They run until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+import orjson
+
+
+async def bare(bootstrap: str, group: str, topics: list[str]) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                                enable_auto_commit=True, auto_commit_interval_ms=1000, fetch_max_wait_ms=100,
+                                max_partition_fetch_bytes=4 << 20, fetch_max_bytes=32 << 20)
+    await consumer.start()
+    samples = 0
+    try:
+        while True:
+            batches = await consumer.getmany(timeout_ms=500, max_records=5000)
+            for msgs in batches.values():
+                for m in msgs:
+                    doc = orjson.loads(m.value)
+                    samples += len(doc) if isinstance(doc, list) else 1
+    finally:
+        await consumer.stop()
+
+
+def faust_noop(bootstrap: str, group: str, topics: list[str]) -> None:
+    import faust
+
+    from agents import transport
+
+    transport.register()
+    app = faust.App(group, broker=f"lockstep://{bootstrap}", store="memory://", web_enabled=False,
+                    topic_allow_declare=False, topic_disable_leader=True, consumer_auto_offset_reset="earliest",
+                    broker_commit_interval=1.0, broker_session_timeout=10.0, broker_heartbeat_interval=1.0,
+                    broker_rebalance_timeout=10.0)
+    app.lockstep_fetch_max_wait_ms = 100  # type: ignore[attr-defined]
+    topic = app.topic(*topics, key_serializer="raw", value_serializer="raw")
+
+    @app.agent(topic, name="noop")
+    async def noop(stream: faust.StreamT[bytes]) -> None:
+        async for _ in stream.events():
+            pass
+
+    sys.argv = [sys.argv[0], "worker", "--loglevel", "warning", "--without-web"]
+    app.main()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=("bare", "faust"))
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--topics", required=True)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    topics = args.topics.split(",")
+    if args.mode == "bare":
+        asyncio.run(bare(args.bootstrap, args.group, topics))
+    else:
+        faust_noop(args.bootstrap, args.group, topics)
+
+
+if __name__ == "__main__":
+    main()

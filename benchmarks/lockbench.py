@@ -1,0 +1,422 @@
+"""The measurements behind ``lockstep bench`` (see docs/performance.md for what each one means).
+
+Every throughput figure is taken the same way for the worker and its baselines: the process under
+test consumes a preloaded backlog in its own consumer group, commits every second, and the rate is
+the slope of the group's committed offsets between 10% and 90% of the backlog (start-up and the last
+commit do not count). All processes share this machine's cores with the embedded broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Run:
+    """One throughput measurement."""
+
+    name: str
+    processes: int
+    messages: int
+    samples: int
+    seconds: float | None = None
+    messages_per_s: float | None = None
+    samples_per_s: float | None = None
+    rss_mb: list[float] = field(default_factory=list)
+    finished: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "shared": True}
+
+
+def commit_of_head() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+class Bench:
+    """A broker, settings and helpers shared by the measurements of one ``lockstep bench`` run."""
+
+    def __init__(self, bootstrap: str, partitions: int = 8, log_dir: Path | None = None) -> None:
+        from models.settings import LockstepSettings
+
+        self.bootstrap = bootstrap
+        self.run_id = uuid.uuid4().hex[:6]
+        self.partitions = partitions
+        self.log_dir = log_dir or Path("/tmp") / f"lockstep-bench-{self.run_id}"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.settings = LockstepSettings(  # type: ignore[call-arg]
+            _env_file=None, kafka_bootstrap_servers=bootstrap, partitions=partitions,
+            topic_prefix=f"b{self.run_id}.", app_id=f"bench-{self.run_id}", data_dir=self.log_dir)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._offset_readers: dict[str, Any] = {}
+
+    def with_prefix(self, name: str) -> Any:
+        return self.settings.model_copy(update={"topic_prefix": f"b{self.run_id}-{name}.",
+                                                "app_id": f"bench-{self.run_id}-{name}"})
+
+    # -- processes ------------------------------------------------------------------------------
+    def spawn_worker(self, settings: Any, tag: str, extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
+        env.update({"LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix,
+                    "LOCKSTEP_APP_ID": settings.app_id, "LOCKSTEP_PARTITIONS": str(self.partitions),
+                    "LOCKSTEP_DATA_DIR": str(self.log_dir / tag), "LOCKSTEP_LOG_LEVEL": "warn",
+                    "PYTHONPATH": str(REPO)})
+        env.update(extra or {})
+        return self._spawn([sys.executable, "-m", "lockstep.cli", "worker"], env, tag)
+
+    def spawn_baseline(self, mode: str, group: str, topics: list[str], tag: str) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        return self._spawn([sys.executable, "-m", "benchmarks.consumers", mode, "--bootstrap", self.bootstrap,
+                            "--group", group, "--topics", ",".join(topics)], env, tag)
+
+    def _spawn(self, cmd: list[str], env: dict[str, str], tag: str) -> subprocess.Popen[bytes]:
+        out = open(self.log_dir / f"{tag}.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        finally:
+            out.close()
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            self.stop(proc)
+
+    # -- data -----------------------------------------------------------------------------------
+    async def preload(self, settings: Any, spec: Any, scrapes: int) -> dict[str, Any]:
+        from agents.topics import create_topics
+        from lockstep.loadgen import produce
+
+        await create_topics(settings, self.bootstrap)
+        return await produce(settings, self.bootstrap, spec, scrapes=scrapes)
+
+    async def committed(self, group: str, topics: list[str]) -> int:
+        """Sum of the group's committed offsets over ``topics`` (a consumer that never joins the group)."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = self._offset_readers.get(group)
+        if consumer is None:
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group, enable_auto_commit=False)
+            await consumer.start()
+            self._offset_readers[group] = consumer
+        total = 0
+        for topic in topics:
+            for p in range(self.partitions):
+                try:
+                    offset = await consumer.committed(TopicPartition(topic, p))
+                except Exception:
+                    offset = None
+                total += offset or 0
+        return total
+
+    async def close_readers(self) -> None:
+        for consumer in self._offset_readers.values():
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+        self._offset_readers.clear()
+
+    async def watch(self, run: Run, group: str, topics: list[str], procs: list[subprocess.Popen[bytes]],
+                    timeout_s: float) -> Run:
+        """Poll the group's committed offsets until the backlog is consumed; fill ``run``."""
+        points: list[tuple[float, int]] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            done = await self.committed(group, topics)
+            now = time.monotonic()
+            if not points or done != points[-1][1]:
+                points.append((now, done))
+            sizes = [rss_mb(p.pid) or 0.0 for p in procs]
+            run.rss_mb = [round(max(a, b), 1) for a, b in zip(run.rss_mb or [0.0] * len(procs), sizes, strict=True)]
+            if done >= run.messages:
+                run.finished = True
+                break
+            if any(p.poll() is not None for p in procs):
+                break
+            await asyncio.sleep(0.25)
+        rate = slope(points, run.messages)
+        if rate is not None:
+            run.messages_per_s = round(rate, 1)
+            run.samples_per_s = round(rate * run.samples / run.messages, 1)
+            run.seconds = round(run.messages / rate, 2)
+        return run
+
+    async def throughput(self, name: str, settings: Any, loaded: dict[str, Any], kind: str, processes: int = 1,
+                         timeout_s: float = 300.0) -> Run:
+        topics = TopicNames(settings).telemetry
+        run = Run(name, processes, loaded["messages"], loaded["samples"])
+        group = f"{settings.app_id}-{kind}-{processes}-{uuid.uuid4().hex[:4]}"
+        procs = []
+        for i in range(processes):
+            tag = f"{name}-{i}"
+            if kind == "worker":
+                procs.append(self.spawn_worker(settings.model_copy(update={"app_id": group}), tag))
+            else:
+                procs.append(self.spawn_baseline(kind, group, topics, tag))
+        try:
+            return await self.watch(run, group, topics, procs, timeout_s)
+        finally:
+            for p in procs:
+                self.stop(p)
+            reader = self._offset_readers.pop(group, None)
+            if reader is not None:
+                with contextlib.suppress(Exception):
+                    await reader.stop()
+
+
+class TopicNames:
+    def __init__(self, settings: Any) -> None:
+        from agents.topics import TopicCatalogue
+
+        cat = TopicCatalogue(settings)
+        self.telemetry = cat.telemetry_topics
+        self.alerts = cat.alerts
+
+
+def slope(points: list[tuple[float, int]], total: int) -> float | None:
+    """Messages/s: least-squares slope of (time, committed) between 10% and 90% of ``total``.
+
+    >>> slope([(0.0, 0), (1.0, 100), (2.0, 200), (3.0, 300), (4.0, 400)], 400)
+    100.0
+    """
+    mid = [(t, n) for t, n in points if 0.1 * total <= n <= 0.9 * total]
+    if len(mid) < 3:
+        mid = [(t, n) for t, n in points if n > 0]
+        if len(points) >= 2 and points[0][1] == 0:
+            mid = [points[0], *mid] if len(mid) < 2 else mid
+    if len(mid) < 2:
+        return None
+    t = np.array([p[0] for p in mid])
+    n = np.array([p[1] for p in mid], dtype=float)
+    if t[-1] - t[0] <= 0:
+        return None
+    return float(round(np.polyfit(t, n, 1)[0], 6))
+
+
+# -- state --------------------------------------------------------------------------------------
+def state_per_series(series_target: int) -> dict[str, Any]:
+    """Bytes of state per series in one pipeline holding about ``series_target`` series.
+
+    Measured three ways: allocated numpy arrays plus the registry's objects (``state_bytes``), the
+    Python heap growth seen by tracemalloc while the series are created and learned, and the snapshot
+    (what the changelog carries).
+    """
+    import tracemalloc
+
+    from lockstep.loadgen import LoadGenerator, LoadSpec
+    from streams.detect import DetectorConfig
+    from streams.inventory import InventoryIndex
+    from streams.pipeline import Origin, PartitionPipeline
+
+    per_gpu = LoadGenerator(LoadSpec(gpus=64)).series / 64
+    gen = LoadGenerator(LoadSpec(gpus=max(8, int(series_target / per_gpu))))
+    inv = InventoryIndex()
+    from models.inventory import inventory_adapter
+
+    for doc in gen.inventory():
+        inv.apply(inventory_adapter.validate_python(doc))
+    scrapes = [[(v, Origin("t", 0, i)) for i, (_, _, v) in enumerate(gen.messages(k))] for k in range(3)]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    pipe = PartitionPipeline("t:0", DetectorConfig(), inv)
+    for msgs in scrapes:
+        pipe.process_many(msgs)
+    heap = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    n = len(pipe.registry)
+    parts = pipe.state_bytes()
+    blob = pipe.snapshot()
+    return {"series": n, "heap_bytes_per_series": round(heap / n, 1),
+            "arrays_and_registry_bytes_per_series": round(parts["per_series"], 1),
+            "snapshot_bytes_per_series": round(len(blob) / n, 1),
+            "parts_bytes": {k: round(v / n, 1) for k, v in parts.items() if k != "per_series"}}
+
+
+# -- latency ------------------------------------------------------------------------------------
+async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes: int = 4, incidents: int = 24,
+                        warmup: int = 40, spacing: int = 2) -> dict[str, Any]:
+    """Alert latency at ``rate`` samples/s: the scrape that completes an incident's evidence is acked by
+    the broker at ``t0``; its alert is read from the alerts topic at ``t1``; latency = ``t1 - t0``.
+
+    The evidence of a slowdown with onset ``O`` is complete once every input's event time passed
+    ``O + grace + allowed lateness`` (the correlation watermark's rule): the first scrape at or after it.
+    """
+    from aiokafka import AIOKafkaConsumer
+
+    from agents.topics import create_topics
+    from lockstep.loadgen import LoadSpec, produce
+    from models.timeutil import parse_ts
+
+    settings = bench.with_prefix("latency")
+    spec = LoadSpec(gpus=gpus, nodes_per_job=jobs_nodes,
+                    incidents=tuple((j, warmup + j * spacing) for j in range(incidents)), incident_s=40.0)
+    await create_topics(settings, bench.bootstrap)
+    worker = bench.spawn_worker(settings, "latency-worker")
+    acked: dict[int, float] = {}
+    received: list[tuple[float, dict[str, Any]]] = []
+    stop = asyncio.Event()
+    consumer = AIOKafkaConsumer(TopicNames(settings).alerts, bootstrap_servers=bench.bootstrap, group_id=None,
+                                auto_offset_reset="earliest", fetch_max_wait_ms=10)
+    await consumer.start()
+
+    async def read_alerts() -> None:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=50)
+            now = time.monotonic()
+            for msgs in batches.values():
+                for m in msgs:
+                    received.append((now, orjson.loads(m.value)))
+
+    reader = asyncio.create_task(read_alerts())
+    try:
+        await asyncio.sleep(12.0)  # the worker loads the inventory and joins the group
+        scrapes = warmup + incidents * spacing + 30
+        summary = await produce(settings, bench.bootstrap, spec, rate=rate, scrapes=scrapes,
+                                on_scrape=lambda k, ts, wall: acked.__setitem__(k, wall))
+        await asyncio.sleep(8.0)
+    finally:
+        stop.set()
+        await reader
+        await consumer.stop()
+        rss = rss_mb(worker.pid)
+        bench.stop(worker)
+    lateness, grace = settings.allowed_lateness_s, settings.grace_s
+    lat: list[float] = []
+    for now, alert in received:
+        if alert.get("status") != "firing":
+            continue
+        onset = parse_ts(alert["started_at"]) if isinstance(alert.get("started_at"), str) else None
+        if onset is None:
+            continue
+        k = math.ceil((onset + grace + lateness - spec.start_ts) / spec.interval_s - 1e-9)
+        if k in acked:
+            lat.append(now - acked[k])
+    firing = sum(1 for _, a in received if a.get("status") == "firing")
+    arr = np.array(lat) if lat else np.array([np.nan])
+    return {"rate_samples_per_s": round(rate, 1), "produced": summary, "incidents": incidents, "alerts_firing": firing,
+            "measured": len(lat), "p50_s": round(float(np.percentile(arr, 50)), 3),
+            "p99_s": round(float(np.percentile(arr, 99)), 3), "max_s": round(float(np.max(arr)), 3),
+            "worker_rss_mb": rss}
+
+
+async def run_all(bootstrap: str, quick: bool = False, say: Any = print) -> dict[str, Any]:
+    """Every measurement of ``lockstep bench``; returns the JSON document."""
+    from lockstep.loadgen import LoadGenerator, LoadSpec
+
+    bench = Bench(bootstrap)
+    out: dict[str, Any] = {"machine": machine(), "commit": commit_of_head(), "quick": quick,
+                           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        # 1. batched messages: a scrape per message
+        spec = LoadSpec(gpus=1024)
+        gen = LoadGenerator(spec)
+        batched = bench.with_prefix("batched")
+        scrapes = 60 if quick else 150
+        loaded = await bench.preload(batched, spec, scrapes)
+        say(f"batched: preloaded {loaded['messages']:,} messages, {loaded['samples']:,} samples "
+            f"({loaded['samples'] / loaded['messages']:.1f} samples/message, {gen.series:,} series)")
+        runs: dict[str, Any] = {}
+        for name, kind, n in (("bare", "bare", 1), ("faust_noop", "faust", 1), ("worker", "worker", 1),
+                              ("worker_x2", "worker", 2), ("bare_x2", "bare", 2)):
+            run = await bench.throughput(f"batched-{name}", batched, loaded, kind, n)
+            runs[name] = run.as_dict()
+            say(f"  {name:12s} {run.samples_per_s or 0:>12,.0f} samples/s {run.messages_per_s or 0:>10,.0f} msg/s"
+                f"  rss {run.rss_mb}  finished={run.finished}")
+        out["batched"] = {"loaded": loaded, "runs": runs}
+        # 2. one sample per message
+        sspec = LoadSpec(gpus=64, single=True)
+        single = bench.with_prefix("single")
+        sloaded = await bench.preload(single, sspec, 12 if quick else 30)
+        say(f"single: preloaded {sloaded['messages']:,} messages of one sample")
+        sruns: dict[str, Any] = {}
+        for name, kind in (("bare", "bare"), ("faust_noop", "faust"), ("worker", "worker")):
+            run = await bench.throughput(f"single-{name}", single, sloaded, kind)
+            sruns[name] = run.as_dict()
+            say(f"  {name:12s} {run.samples_per_s or 0:>12,.0f} samples/s  rss {run.rss_mb}  finished={run.finished}")
+        out["single"] = {"loaded": sloaded, "runs": sruns}
+        # 3. state per series, and a worker's resident memory with 100k series
+        out["state"] = {}
+        for target in (10_000, 100_000):
+            st = state_per_series(target)
+            out["state"][str(target)] = st
+            say(f"state at {st['series']:,} series: {st['arrays_and_registry_bytes_per_series']:,.0f} B/series "
+                f"(heap {st['heap_bytes_per_series']:,.0f}, snapshot {st['snapshot_bytes_per_series']:,.0f})")
+        big = LoadSpec(gpus=7300)
+        big_settings = bench.with_prefix("rss")
+        big_loaded = await bench.preload(big_settings, big, 3)
+        run = await bench.throughput("rss-worker", big_settings, big_loaded, "worker")
+        out["state"]["worker_100k"] = {"series": LoadGenerator(big).series, **run.as_dict()}
+        say(f"worker with {LoadGenerator(big).series:,} series: rss {run.rss_mb} MB")
+        # 4. alert latency at half the worker's batched rate
+        worker_rate = runs["worker"]["samples_per_s"] or 20000.0
+        lat = await alert_latency(bench, 0.5 * worker_rate, incidents=12 if quick else 24)
+        out["latency"] = lat
+        say(f"latency at {lat['rate_samples_per_s']:,.0f} samples/s: p50 {lat['p50_s']} s, p99 {lat['p99_s']} s "
+            f"({lat['measured']} of {lat['incidents']} incidents)")
+    finally:
+        bench.stop_all()
+    out["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return out
+
+
+def main() -> None:  # python -m benchmarks.lockbench (same as lockstep bench)
+    from lockstep.commands.bench import main as bench_main
+
+    sys.exit(bench_main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""``lockstep bench``: throughput, alert latency, state size and scaling, each next to a baseline
+measured in the same run (run on demand from a source checkout; not part of CI's pass/fail).
+
+Starts the embedded broker (or uses ``LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS``), runs
+``benchmarks/lockbench.py``, prints every figure, writes ``benchmarks/results/<commit>.json`` and the
+table between the ``bench:begin``/``bench:end`` markers of ``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+REPO = Path(__file__).resolve().parents[2]
+BEGIN = "<!-- bench:begin (written by `lockstep bench`) -->"
+END = "<!-- bench:end -->"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("bench", help="measure throughput, latency, state and scaling (docs/performance.md)",
+                       description=__doc__)
+    add_arguments(p)
+    p.set_defaults(handler=run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="smaller backlogs (a minute or two)")
+    p.add_argument("--no-docs", action="store_true", help="do not rewrite the table in docs/performance.md")
+    p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/<commit>.json)")
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def table(doc: dict[str, Any]) -> str:
+    """The Markdown table of one bench document (what docs/performance.md shows)."""
+    b = doc["batched"]["runs"]
+    s = doc["single"]["runs"]
+    st = doc["state"]
+    lat = doc["latency"]
+    m = doc["machine"]
+
+    def sps(run: dict[str, Any]) -> str:
+        v = run.get("samples_per_s")
+        return f"{v:,.0f}" if v else "n/a"
+
+    s1 = s["worker"].get("samples_per_s")
+    noop1 = s["faust_noop"].get("samples_per_s")
+    w1 = b["worker"].get("samples_per_s")
+    w2 = b["worker_x2"].get("samples_per_s")
+    bare1 = b["bare"].get("samples_per_s")
+    bare2 = b["bare_x2"].get("samples_per_s")
+    rows = [
+        "| figure | Lockstep | baseline (same run) | ratio | goal |",
+        "|---|---|---|---|---|",
+        f"| batched messages ({doc['batched']['loaded']['samples'] / doc['batched']['loaded']['messages']:.0f} "
+        f"samples/message), samples/s, 1 worker process | {sps(b['worker'])} | bare aiokafka+orjson "
+        f"{sps(b['bare'])} | {_ratio(w1, bare1)} | >= 0.50x |",
+        f"| one sample per message, samples/s, 1 worker process | {sps(s['worker'])} | do-nothing Faust agent "
+        f"{sps(s['faust_noop'])} (bare {sps(s['bare'])}) | {_ratio(s1, noop1)} | >= 0.75x |",
+        f"| batched, do-nothing Faust agent, samples/s | {sps(b['faust_noop'])} | bare {sps(b['bare'])} | "
+        f"{_ratio(b['faust_noop'].get('samples_per_s'), bare1)} | (reference) |",
+        f"| alert latency at {lat['rate_samples_per_s']:,.0f} samples/s (50% of max), p50 / p99 | "
+        f"{lat['p50_s']} s / {lat['p99_s']} s ({lat['measured']} alerts) | - | - | p99 < 2 s |",
+        f"| state per series at {st['10000']['series']:,} series (arrays + registry / heap / snapshot) | "
+        f"{st['10000']['arrays_and_registry_bytes_per_series']:,.0f} / {st['10000']['heap_bytes_per_series']:,.0f} / "
+        f"{st['10000']['snapshot_bytes_per_series']:,.0f} B | - | - | <= 2 KB |",
+        f"| state per series at {st['100000']['series']:,} series (arrays + registry / heap / snapshot) | "
+        f"{st['100000']['arrays_and_registry_bytes_per_series']:,.0f} / "
+        f"{st['100000']['heap_bytes_per_series']:,.0f} / {st['100000']['snapshot_bytes_per_series']:,.0f} B | - | - |"
+        f" <= 2 KB |",
+        f"| worker resident memory: {doc['batched']['loaded'].get('series', 0):,}"
+        f" series / {st['worker_100k']['series']:,} series | {b['worker']['rss_mb']} MB / "
+        f"{st['worker_100k']['rss_mb']} MB | bare consumer {b['bare']['rss_mb']} MB | - | - |",
+        f"| scaling, 8 partitions: 2 worker processes vs 1 | {sps(b['worker_x2'])} | 1 worker {sps(b['worker'])}; "
+        f"bare 2 vs 1: {_ratio(bare2, bare1)} | {_ratio(w2, w1)} | >= 1.7x where cores allow |",
+    ]
+    head = (f"Commit `{doc['commit']}`, {doc['started']}; machine: {m['cpu']}, {m['cores']} cores shared with the "
+            f"broker and other engineers' work, Python {m['python']}{' (quick run)' if doc.get('quick') else ''}.")
+    return head + "\n\n" + "\n".join(rows) + "\n"
+
+
+def write_docs(doc: dict[str, Any], path: Path) -> bool:
+    text = path.read_text() if path.exists() else ""
+    if BEGIN not in text or END not in text:
+        return False
+    a = text.index(BEGIN) + len(BEGIN)
+    b = text.index(END)
+    path.write_text(text[:a] + "\n\n" + table(doc) + "\n" + text[b:])
+    return True
+
+
+async def _bench(args: argparse.Namespace) -> dict[str, Any]:
+    from lockstep.broker import EmbeddedBroker
+    from models.settings import LockstepSettings
+
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from benchmarks.lockbench import run_all
+
+    bootstrap = LockstepSettings().kafka_bootstrap_servers
+    broker = None
+    if bootstrap is None:
+        broker = await EmbeddedBroker().astart()
+        bootstrap = broker.bootstrap
+    try:
+        return await run_all(bootstrap, quick=args.quick, say=lambda line: print(line, flush=True))
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    if not (REPO / "benchmarks" / "lockbench.py").exists():
+        print("lockstep bench runs from a source checkout (benchmarks/ is not installed)", file=sys.stderr)
+        return 2
+    doc = asyncio.run(_bench(args))
+    out = args.output or REPO / "benchmarks" / "results" / f"{doc['commit']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    print(f"\nwrote {out}")
+    print(table(doc))
+    if not args.no_docs and write_docs(doc, REPO / "docs" / "performance.md"):
+        print("updated docs/performance.md")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="lockstep bench", description=__doc__)
+    add_arguments(p)
+    return run(p.parse_args(argv))
