@@ -46,8 +46,8 @@ log = logging.getLogger("lockstep.agents")
 
 #: The ingest agent takes up to this many messages at once (all partitions), or what arrived within
 #: ``INGEST_BATCH_WITHIN_S``: one pipeline call per input partition per batch (docs/performance.md).
-INGEST_BATCH_MESSAGES = 2000
-INGEST_BATCH_WITHIN_S = 0.05
+INGEST_BATCH_MESSAGES = 4000
+INGEST_BATCH_WITHIN_S = 0.2
 #: Snapshots larger than this are split over several table keys (records are limited to 8 MiB).
 SNAPSHOT_CHUNK_BYTES = 4 * 1024 * 1024
 _CHUNKED = b"LOCKSTEP-CHUNKED:"

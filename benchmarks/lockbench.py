@@ -195,7 +195,8 @@ class Bench:
         return run
 
     async def throughput(self, name: str, settings: Any, loaded: dict[str, Any], kind: str, processes: int = 1,
-                         timeout_s: float = 300.0) -> Run:
+                         timeout_s: float = 60.0) -> Run:
+        """Rate of ``processes`` of ``kind`` over the backlog (until consumed, or ``timeout_s``)."""
         topics = TopicNames(settings).telemetry
         run = Run(name, processes, loaded["messages"], loaded["samples"])
         group = f"{settings.app_id}-{kind}-{processes}-{uuid.uuid4().hex[:4]}"
@@ -227,16 +228,16 @@ class TopicNames:
 
 
 def slope(points: list[tuple[float, int]], total: int) -> float | None:
-    """Messages/s: least-squares slope of (time, committed) between 10% and 90% of ``total``.
+    """Messages/s: least-squares slope of (time, committed) once consumption has started and before
+    the last 5% of ``total`` (start-up and the final commit do not count); None with < 3 points.
 
-    >>> slope([(0.0, 0), (1.0, 100), (2.0, 200), (3.0, 300), (4.0, 400)], 400)
+    >>> slope([(0.0, 0), (1.0, 100), (2.0, 200), (3.0, 300), (4.0, 400)], 1000)
     100.0
     """
-    mid = [(t, n) for t, n in points if 0.1 * total <= n <= 0.9 * total]
+    started = [(t, n) for t, n in points if n > 0]
+    mid = [(t, n) for t, n in started[1:] if n <= 0.95 * total] if len(started) > 3 else started
     if len(mid) < 3:
-        mid = [(t, n) for t, n in points if n > 0]
-        if len(points) >= 2 and points[0][1] == 0:
-            mid = [points[0], *mid] if len(mid) < 2 else mid
+        mid = [(t, n) for t, n in points if n <= 0.95 * total] or points
     if len(mid) < 2:
         return None
     t = np.array([p[0] for p in mid])
@@ -364,7 +365,7 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print) -> dict
         spec = LoadSpec(gpus=1024)
         gen = LoadGenerator(spec)
         batched = bench.with_prefix("batched")
-        scrapes = 60 if quick else 150
+        scrapes = 100 if quick else 300
         loaded = await bench.preload(batched, spec, scrapes)
         say(f"batched: preloaded {loaded['messages']:,} messages, {loaded['samples']:,} samples "
             f"({loaded['samples'] / loaded['messages']:.1f} samples/message, {gen.series:,} series)")
@@ -379,7 +380,7 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print) -> dict
         # 2. one sample per message
         sspec = LoadSpec(gpus=64, single=True)
         single = bench.with_prefix("single")
-        sloaded = await bench.preload(single, sspec, 12 if quick else 30)
+        sloaded = await bench.preload(single, sspec, 30 if quick else 80)
         say(f"single: preloaded {sloaded['messages']:,} messages of one sample")
         sruns: dict[str, Any] = {}
         for name, kind in (("bare", "bare"), ("faust_noop", "faust"), ("worker", "worker")):
