@@ -569,9 +569,10 @@ def timeline(store: ReadStore, inventory: InventoryIndex, job_id: str, start: An
     elif incidents:
         chosen = incidents[-1]
 
-    base_end = chosen["start"] if chosen is not None and chosen["start"] > lo else None
-    # The baseline: the minutes before the incident in view, or the whole window without one.
-    before = (max(lo, base_end - BASELINE_S), base_end) if base_end is not None else (lo, hi)
+    base_end = chosen["start"] if chosen is not None else None
+    # The baseline: the minutes before the incident in view (held even when the window starts later),
+    # or the whole window without one.
+    before = (base_end - BASELINE_S, base_end) if base_end is not None else (lo, hi)
     lanes = []
     for i, lane in enumerate(LANE_ORDER):
         b50 = _nanmedian(lane_values(store, job_id, lane, before[0], before[1]))

@@ -64,7 +64,7 @@ function fmt(v, unit) {
   const a = Math.abs(v);
   if (unit === "s") {
     if (a === 0) return "0 s";
-    if (a < 1) return `${(v * 1000).toPrecision(3).replace(/\.?0+$/, "")} ms`;
+    if (a * 1000 < 999.5) return `${Number((v * 1000).toPrecision(3))} ms`;
     return `${v.toPrecision(3)} s`;
   }
   if (unit === "µs") {
@@ -550,16 +550,17 @@ function hover(px) {
   const tip = $("#tip");
   tip.replaceChildren(el("div", { class: "t", text: `${hms(t0)} UTC` }), el("table", {}, rows),
     ...near.slice(0, 4).map((m) => el("div", { class: "an", text: `▼ ${m.layer} ${m.where} ${m.metric}${m.entities > 1 ? ` (+${m.entities - 1})` : ""}` })));
-  tip.hidden = false;
+  tip.hidden = false;  // visible before it is measured
   const wrap = $("#timeline-wrap");
   const scale = wrap.clientWidth / g.width;
-  const tw = tip.offsetWidth || 300;
-  const th = tip.offsetHeight || 220;
+  const tw = tip.offsetWidth;
+  const th = tip.offsetHeight;
   let left = cx * scale + 14;
   if (left + tw > wrap.clientWidth) left = cx * scale - tw - 14;
   const my = (state.hoverY === null ? G.top : state.hoverY) * scale;
+  const top = my < wrap.clientHeight / 2 ? my + 14 : my - th - 14;
   tip.style.left = `${Math.max(0, left)}px`;
-  tip.style.top = `${Math.max(0, Math.min(my + 14, wrap.clientHeight - th - 4))}px`;
+  tip.style.top = `${Math.max(0, Math.min(top, wrap.clientHeight - th))}px`;
   // The lane labels on the left follow the cursor.
   document.querySelectorAll("#timeline .lane").forEach((node, i) => {
     const lane = tl.lanes[i];

@@ -50,17 +50,20 @@ async def _look(url: str, binary: str) -> tuple[dict[str, Any], list[str], bytes
         await browser.wait_for("document.body.dataset.loaded === 'true' && "
                                "!!document.querySelector('#timeline [data-role=first-mover]')")
         drawn = await browser.evaluate(DRAWN)
-        # Point at the incident, the way an operator reads it: the tooltip shows every lane at that second.
-        box = await browser.evaluate("(() => { const r = document.querySelector('#timeline').getBoundingClientRect();"
-                                     " return [r.left, r.top, r.width]; })()")
-        fm_x = drawn["firstMover"]["x"]
-        await browser.mouse_move(box[0] + (fm_x + 60) * box[2] / await browser.evaluate(
-            "document.querySelector('#timeline').viewBox.baseVal.width"), box[1] + 200)
-        await browser.wait_for("!document.querySelector('#tip').hidden")
         height = await browser.evaluate("document.documentElement.scrollHeight")
         await browser.viewport(1600, int(height))
         await asyncio.sleep(0.3)
         png = await browser.screenshot(ARTIFACT)
+        # Point into the incident: a cursor crosses every lane and the tooltip lists each lane at that second.
+        where = await browser.evaluate("""(() => {
+          const svg = document.querySelector('#timeline'); const r = svg.getBoundingClientRect();
+          const k = r.width / svg.viewBox.baseVal.width;
+          const fm = Number(svg.querySelector('[data-role=first-mover] line').getAttribute('x1'));
+          const step = svg.querySelector('g.lane[data-lane=step_time] text.lane-title').getBoundingClientRect();
+          return [r.left + (fm + 110) * k, step.top + 4]; })()""")
+        await browser.mouse_move(where[0], where[1])
+        await browser.wait_for("!document.querySelector('#tip').hidden")
+        drawn["tooltip"] = await browser.evaluate("document.querySelector('#tip').textContent")
         return drawn, browser.errors, png
 
 
@@ -85,3 +88,4 @@ def test_the_page_draws_the_seed_incident(seed_worker: LiveWorker) -> None:
     assert dict(drawn["jobs"]) == {"llm-70b": "recovered", "vision-7b": "ok", "rec-ft": "ok"}
     assert drawn["alerts"] >= 1 and drawn["title"].startswith("llm-70b")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and ARTIFACT.stat().st_size > 50_000
+    assert "UTC" in drawn["tooltip"] and "Step time" in drawn["tooltip"] and "Fabric errors" in drawn["tooltip"]
