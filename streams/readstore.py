@@ -85,11 +85,17 @@ class LaneRing:
         if self.secs[slot] != sec:
             row[:] = np.nan
             self.secs[slot] = sec
+        rows: list[int] = []
+        values: list[tuple[float, float, float, float, float]] = []
         for lane, agg in lanes.items():
             i = LANE_INDEX.get(lane)
             if i is None:
                 continue  # a lane this version does not draw
-            row[i] = [float(agg[f]) for f in FIELDS]
+            rows.append(i)
+            values.append((float(agg["n"]), float(agg["p50"]), float(agg["p99"]), float(agg["min"]),
+                           float(agg["max"])))
+        if rows:
+            row[rows] = values  # one numpy assignment per second
         if sec > self.latest:
             self.latest = sec
         return True
