@@ -59,7 +59,7 @@ def faust_noop(bootstrap: str, group: str, topics: list[str]) -> None:
         async for _ in stream.events():
             pass
 
-    sys.argv = [sys.argv[0], "worker", "--loglevel", "warning", "--without-web"]
+    sys.argv = [sys.argv[0], "worker", "--loglevel", "warn", "--without-web"]
     app.main()
 
 
