@@ -242,3 +242,72 @@ def test_browser_navigation_gets_the_page_and_api_calls_get_json(seed_worker: Li
     js = get(seed_worker.url, "/static/app.js", headers={"Accept": "*/*"})
     assert js.status == 200 and b"first-mover" in js.body
     assert get(seed_worker.url, "/static/../agents/web.py").status == 404
+
+
+def test_lockstep_diagnose_prints_the_seven_answers(seed_worker: LiveWorker,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from lockstep.cli import main
+
+    assert main(["diagnose", JOB, "--url", seed_worker.url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("━━ llm-70b (llm-70b-pretrain) · recovered · alert ")
+    for n, text in [(1, "256 GPUs: 8 on each of 32 nodes"), (2, HOSTLIST), (3, "leaf03 port 17 carries"),
+                    (4, "lustre-a"), (5, "SymbolErrorCounter at 11:42:10"), (6, "network: switch leaf03 port 17"),
+                    (7, "step time back to")]:
+        block = out.split(f"  {n}. ", 1)[1].split(f"  {n + 1}. ", 1)[0]
+        assert text in " ".join(block.split()), (n, block)
+    assert main(["diagnose", "nobody", "--url", seed_worker.url]) == 1
+    assert "404: no job 'nobody'" in capsys.readouterr().err
+    assert main(["diagnose", JOB, "--url", "http://127.0.0.1:9", "--timeout", "2"]) == 2
+    assert "no worker answers at http://127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_any_worker_answers_for_any_job(seed_worker: LiveWorker) -> None:
+    """A second worker's HTTP side (its own read model and inventory, no partition of its own) gives
+    the same answers as the worker that correlated the job: they come from the topics, not from
+    whichever worker owns the job's partition."""
+    from dataclasses import dataclass, field
+
+    from agents.inventory_reader import InventoryReader
+    from agents.metrics import WorkerMetrics
+    from agents.web import WebServer
+    from models.settings import LockstepSettings
+    from streams.inventory import InventoryIndex
+
+    from .conftest import read_model_caught_up
+
+    @dataclass
+    class OtherWorker:
+        settings: LockstepSettings
+        bootstrap: str
+        inventory: InventoryIndex = field(default_factory=InventoryIndex)
+        metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+        app: Any = None
+        reader: Any = None
+        web: Any = None
+
+    other = OtherWorker(seed_worker.settings, seed_worker.bootstrap)
+
+    async def start() -> str:
+        other.reader = InventoryReader(other.settings, other.bootstrap, TopicCatalogue(other.settings).inventory,
+                                       other.inventory)
+        await other.reader.load()
+        other.web = WebServer(other)
+        url: str = await other.web.start()
+        await read_model_caught_up(other)
+        return url
+
+    async def stop() -> None:
+        if other.web is not None:
+            await other.web.stop()
+        if other.reader is not None:
+            await other.reader.stop()
+
+    try:
+        url = seed_worker.call(start())
+        assert url != seed_worker.url
+        for path in ("/jobs", f"/jobs/{JOB}", f"/jobs/{JOB}/timeline", f"/jobs/{JOB}/diagnosis", "/alerts",
+                     "/fabric/leaf03/17", "/annotations", "/jobs/vision-7b/diagnosis"):
+            assert get(url, path).json == get(seed_worker.url, path).json, path
+    finally:
+        seed_worker.call(stop())
