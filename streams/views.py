@@ -293,8 +293,17 @@ def _first_mover(alert: dict[str, Any]) -> dict[str, Any] | None:
 
 # -- jobs -----------------------------------------------------------------------------------------
 def _latest_alert(store: ReadStore, job_id: str) -> AlertEntry | None:
+    """The job's latest alert of any type (its live status follows it)."""
     alerts = store.alerts_of(job_id)
     return alerts[-1] if alerts else None
+
+
+def _latest_slowdown(store: ReadStore, job_id: str) -> AlertEntry | None:
+    """The job's latest ``job_slowdown`` (the incident the seven answers examine), else its latest alert."""
+    alerts = store.alerts_of(job_id)
+    slowdowns = [e for e in alerts if e.latest.get("type") == "job_slowdown"]
+    picked = slowdowns or alerts
+    return picked[-1] if picked else None
 
 
 def job_status(store: ReadStore, inventory: InventoryIndex, job_id: str) -> dict[str, Any]:
@@ -567,7 +576,8 @@ def timeline(store: ReadStore, inventory: InventoryIndex, job_id: str, start: An
             raise QueryError(f"alert {alert_id[:40]!r} is not an alert of job {job_id[:60]!r}")
         chosen = incident_view(picked)
     elif incidents:
-        chosen = incidents[-1]
+        slowdowns = [i for i in incidents if store.alerts[i["alert_id"]].latest.get("type") == "job_slowdown"]
+        chosen = (slowdowns or incidents)[-1]
 
     base_end = chosen["start"] if chosen is not None else None
     # The baseline: the minutes before the incident in view (held even when the window starts later),
@@ -601,7 +611,7 @@ def _answer(key: str, answer: str, evidence: dict[str, Any]) -> dict[str, Any]:
 
 def _pick_alert(store: ReadStore, job_id: str, alert_id: str | None) -> AlertEntry | None:
     if alert_id is None:
-        return _latest_alert(store, job_id)
+        return _latest_slowdown(store, job_id)
     entry = store.alerts.get(alert_id)
     if entry is None or entry.latest.get("job_id") != job_id:
         raise QueryError(f"alert {alert_id[:40]!r} is not an alert of job {job_id[:60]!r}")

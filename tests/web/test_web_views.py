@@ -290,3 +290,17 @@ def test_silence_requests_are_strict_and_match_alert_labels() -> None:
     store.apply("silences", rec, "s")
     assert views.alert_detail(store, "a1", T0 + 1)["matching_silences"] == ["s"]  # type: ignore[index]
     assert views.alert_detail(store, "a1", T0 + 61)["matching_silences"] == []  # type: ignore[index]
+
+
+def test_the_seven_answers_examine_the_slowdown_even_when_another_alert_came_later() -> None:
+    store, inv = incident_store(), inventory()
+    skew = {**ALERT, "alert_id": "k1", "type": "clock_skew", "dedup_key": "clock_skew/j1", "symptom": None,
+            "started_at": "2025-11-30T11:49:00.000Z", "detected_at": "2025-11-30T11:49:01.000Z",
+            "root_cause": {"domain": "unknown", "layer": "host", "source": "n2", "labels": {}, "metric": "offset",
+                           "first_seen": "2025-11-30T11:49:00.000Z", "reason": "clock of n2 is 2 s off"},
+            "timeline": []}
+    store.apply("alerts", skew)
+    d = views.diagnosis(store, inv, "j1")
+    assert d is not None and d["alert_id"] == "a1" and d["domain"] == "network"
+    assert views.job_status(store, inv, "j1")["status"] == "degraded"  # the clock-skew alert fires
+    assert views.diagnosis(store, inv, "j1", "k1")["alert_id"] == "k1"  # type: ignore[index]
