@@ -37,6 +37,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from pydantic import ValidationError
 
+import lockstep
 from agents.metrics import WorkerMetrics
 from agents.readmodel import ReadModel, ReadModelMetrics
 from agents.topics import TopicCatalogue
@@ -49,7 +50,8 @@ from streams.readstore import ReadStore
 
 log = logging.getLogger("lockstep.web")
 
-WEB_ROOT = Path(__file__).resolve().parent.parent / "lockstep" / "web"
+#: The page's static files: package data of ``lockstep`` (pyproject: ``lockstep = ["web/**/*"]``).
+WEB_ROOT = Path(lockstep.__file__).resolve().parent / "web"
 MAX_BODY_BYTES = 64 * 1024
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
