@@ -62,7 +62,8 @@ def test_checkpoint_contention_through_the_broker(settings: LockstepSettings, tm
 
 def test_clock_skew_through_the_broker(settings: LockstepSettings, tmp_path: Path) -> None:
     alerts = replay_scenario("clock-skew", settings, tmp_path)
-    assert slowdowns(alerts) == [("firing", "llm-70b", "network", "leaf03"), ("resolved", "llm-70b", "network", "leaf03")]
+    assert slowdowns(alerts) == [("firing", "llm-70b", "network", "leaf03"),
+                                 ("resolved", "llm-70b", "network", "leaf03")]
     skew = [a for a in alerts if a["type"] == "clock_skew"]
     assert [(a["status"], a["root_cause"]["source"]) for a in skew] == [("firing", "gpu005")]
     assert -6.3 < skew[0]["details"]["offset_s"] < -5.7
