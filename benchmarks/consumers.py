@@ -48,6 +48,7 @@ def faust_noop(bootstrap: str, group: str, topics: list[str]) -> None:
 
     transport.register()
     app = faust.App(group, broker=f"lockstep://{bootstrap}", store="memory://", web_enabled=False,
+                    datadir=f"/tmp/lockstep-bench-faust-{group}",
                     topic_allow_declare=False, topic_disable_leader=True, consumer_auto_offset_reset="earliest",
                     broker_commit_interval=1.0, broker_session_timeout=10.0, broker_heartbeat_interval=1.0,
                     broker_rebalance_timeout=10.0)

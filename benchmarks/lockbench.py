@@ -102,6 +102,7 @@ class Bench:
         env.update({"LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix,
                     "LOCKSTEP_APP_ID": settings.app_id, "LOCKSTEP_PARTITIONS": str(self.partitions),
                     "LOCKSTEP_DATA_DIR": str(self.log_dir / tag), "LOCKSTEP_LOG_LEVEL": "warn",
+                    "LOCKSTEP_WEB_PORT": "0",
                     "PYTHONPATH": str(REPO)})
         env.update(extra or {})
         return self._spawn([sys.executable, "-m", "lockstep.cli", "worker"], env, tag)
