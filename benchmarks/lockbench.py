@@ -338,7 +338,7 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
     lateness, grace = settings.allowed_lateness_s, settings.grace_s
     lat: list[float] = []
     for now, alert in received:
-        if alert.get("status") != "firing":
+        if alert.get("status") != "firing" or alert.get("type") != "job_slowdown":
             continue
         onset = parse_ts(alert["started_at"]) if isinstance(alert.get("started_at"), str) else None
         if onset is None:
@@ -346,7 +346,7 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
         k = math.ceil((onset + grace + lateness - spec.start_ts) / spec.interval_s - 1e-9)
         if k in acked:
             lat.append(now - acked[k])
-    firing = sum(1 for _, a in received if a.get("status") == "firing")
+    firing = sum(1 for _, a in received if a.get("status") == "firing" and a.get("type") == "job_slowdown")
     arr = np.array(lat) if lat else np.array([np.nan])
     return {"rate_samples_per_s": round(rate, 1), "produced": summary, "incidents": incidents, "alerts_firing": firing,
             "measured": len(lat), "p50_s": round(float(np.percentile(arr, 50)), 3),
