@@ -71,9 +71,12 @@ def main(argv: list[str]) -> int:
     if command == "run":
         os.execv(str(BIN / "lockstep"), [str(BIN / "lockstep"), "run", *rest])
     ensure_chromium()
-    if not rest:  # the full gate: lint and types first (fast), then every test
+    if not rest:  # the full gate: lint and types first (fast), then every test, one process per core
         sh(BIN / "ruff", "check", ".")
         sh(BIN / "mypy")
+        cores = os.cpu_count() or 1
+        if cores > 1:
+            rest = ["-n", str(min(cores, 4)), "--dist", "loadscope"]
     return sh(BIN / "python", "-m", "pytest", *rest, check=False)
 
 

@@ -209,7 +209,7 @@ SCENARIOS: dict[str, Scenario] = {
                 Fault("step", F + 3, F_END + 2, factor=1.9, job="train-a")),
         expect="job_slowdown for train-a: compute, gpu005 GPU 3 (XID)",
     ),
-    "healthy": Scenario("healthy", "a healthy cluster; no alert", duration=240.0, expect="no alert"),
+    "healthy": Scenario("healthy", "a healthy cluster; no alert", duration=160.0, expect="no alert"),
     "healthy-churn": Scenario(
         "healthy-churn",
         "a healthy lab cluster where jobs start and end (train-b from 60 s to 150 s, roce-c ends at 100 s, "

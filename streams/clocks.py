@@ -2,28 +2,34 @@
 
 Every sample has an event time ``ts`` (the source's clock) and an arrival time (``ingest_ts`` when the
 collector stamped it, else the Kafka record timestamp: the collector's or broker's clock). Their
-difference, the *delay*, is transport latency plus the source's clock error. Sources in one input
-partition share the transport, so a source whose median delay differs from the partition's typical
-delay by more than ``tolerance_s`` has a clock that is off by that difference::
+difference, the *delay*, is transport latency plus the source's clock error. Samples of the same event
+second from different sources of one input partition share the transport, so each delay is compared
+with its peers' delays *for the same event second* (so a feed played faster or slower than real time,
+where every delay drifts, cancels out)::
 
-    offset(source) = -(median delay(source) - median over sources of their median delays)
+    relative delay = delay - median(delays of all sources for that event second)
+    offset(source) = -median(relative delays of the source)
 
 A negative offset means the source's clock is behind (its samples claim to be older than they are);
-``ts - offset`` is the corrected event time. ``uncertainty`` is the spread (MAD) of the source's
-delays, so a first mover is never named on a difference smaller than it.
-
-A source is *skewed* while ``|offset| > tolerance_s``; the tracker reports when that starts and ends.
+``ts - offset`` is the corrected event time. ``uncertainty`` is the spread (MAD) of the relative
+delays, so a first mover is never named on a difference smaller than it. A source is *skewed* while
+``|offset| > tolerance_s + uncertainty``; the tracker reports when that starts and ends.
 Time is an input; nothing reads a clock.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+#: A delay is compared with its peers' only when at least this many sources (itself included) reported
+#: the same event second (the median of the group is the reference).
 MIN_SOURCES_FOR_REFERENCE = 3
+#: Event seconds of peer delays kept.
+PEER_SECONDS = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,24 +65,25 @@ RECOMPUTE_EVERY = 4
 
 
 class ClockTracker:
-    """Per-source delay statistics for one input partition.
+    """Per-source clock statistics for one input partition.
 
     >>> c = ClockTracker(ClockConfig(min_samples=3))
-    >>> for t in range(5):
-    ...     out = c.observe("gpu", {"a": [(100.0 + t, 100.05 + t)], "b": [(100.0 + t, 100.05 + t)],
-    ...                             "c": [(94.0 + t, 100.05 + t)]})
+    >>> out = []
+    >>> for t in range(16):
+    ...     out += c.observe("gpu", {"a": [(100.0 + t, 100.05 + t)], "b": [(100.0 + t, 100.05 + t)],
+    ...                              "c": [(94.0 + t, 100.05 + t)]})
     >>> round(c.offset("c")[0], 2), round(c.offset("a")[0], 2)
     (-6.0, 0.0)
     >>> [(t.source, t.phase) for t in out]
-    []
-    >>> c.skewed("c")
-    True
+    [('c', 'start')]
     """
 
     def __init__(self, config: ClockConfig | None = None) -> None:
         self.config = config or ClockConfig()
         self.sources: dict[str, _SourceClock] = {}
-        self.reference = 0.0
+        #: event second -> {source: delay}: the peers a delay is compared with
+        self.by_second: dict[int, dict[str, float]] = {}
+        self.newest_second = -(2**62)
 
     def observe(self, layer: str, pairs: dict[str, list[tuple[float, float]]]) -> list[ClockTransition]:
         """Fold ``{source: [(ts, arrival), ...]}`` of one message; return skew transitions."""
@@ -87,12 +94,22 @@ class ClockTracker:
         return out
 
     def observe_delay(self, layer: str, source: str, delay: float, ts: float) -> list[ClockTransition]:
-        """One message's delay for ``source`` (a scrape shares its transport delay)."""
+        """One message's delay for ``source`` at event time ``ts`` (a scrape shares its transport delay)."""
         cfg = self.config
+        sec = math.floor(ts)
+        peers = self.by_second.setdefault(sec, {})
+        peers[source] = delay
+        if sec > self.newest_second:
+            self.newest_second = sec
+            if len(self.by_second) > 2 * PEER_SECONDS:
+                for old in [k for k in self.by_second if k < sec - PEER_SECONDS]:
+                    del self.by_second[old]
+        if len(peers) < MIN_SOURCES_FOR_REFERENCE:
+            return []
         state = self.sources.get(source)
         if state is None:
             state = self.sources[source] = _SourceClock(layer, deque(maxlen=cfg.window))
-        state.delays.append(delay)
+        state.delays.append(delay - float(np.median(list(peers.values()))))
         state.since += 1
         n = len(state.delays)
         if n < cfg.min_samples or (state.since < RECOMPUTE_EVERY and n != cfg.min_samples):
@@ -101,8 +118,6 @@ class ClockTracker:
         arr = np.fromiter(state.delays, dtype=float, count=n)
         state.median = float(np.median(arr))
         state.mad = float(np.median(np.abs(arr - state.median)))
-        ready = [s.median for s in self.sources.values() if len(s.delays) >= cfg.min_samples]
-        self.reference = float(np.median(ready)) if len(ready) >= MIN_SOURCES_FOR_REFERENCE else 0.0
         offset, unc = self.offset(source)
         skewed = abs(offset) > cfg.tolerance_s + unc
         if skewed == state.skewed:
@@ -115,19 +130,18 @@ class ClockTracker:
         state = self.sources.get(source)
         if state is None or len(state.delays) < self.config.min_samples:
             return 0.0, 0.0
-        return self.reference - state.median, 1.4826 * state.mad
+        return -state.median, 1.4826 * state.mad
 
     def skewed(self, source: str) -> bool:
         state = self.sources.get(source)
         return bool(state and state.skewed)
 
     def snapshot(self) -> dict[str, object]:
-        return {"reference": self.reference,
-                "sources": {s: [st.layer, list(st.delays), st.skewed] for s, st in self.sources.items()}}
+        return {"sources": {s: [st.layer, list(st.delays), st.skewed] for s, st in self.sources.items()}}
 
     def restore(self, data: dict[str, object]) -> None:
-        self.reference = float(data["reference"])  # type: ignore[arg-type]
         self.sources = {}
+        self.by_second = {}
         for source, (layer, delays, skewed) in data["sources"].items():  # type: ignore[attr-defined]
             arr = np.asarray(delays, dtype=float)
             med = float(np.median(arr)) if arr.size else 0.0
