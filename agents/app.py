@@ -18,6 +18,7 @@ Bad input never stops an agent: it becomes a dead letter on ``dlq``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -67,6 +68,7 @@ def correlator_config(settings: LockstepSettings) -> CorrelatorConfig:
         allowed_lateness_s=settings.allowed_lateness_s, grace_s=settings.grace_s, lookback_s=settings.lookback_s,
         resolve_after_s=settings.resolve_after_s, critical_gpus=settings.critical_gpus,
         critical_ratio=settings.critical_ratio, idle_s=settings.watermark_idle_s, public_url=settings.public_url,
+        orphan_hold_s=settings.watermark_orphan_hold_s,
         symptom_hold_s=settings.symptom_hold_s,
     )
 
@@ -94,10 +96,16 @@ class WorkerState:
     inventory: InventoryIndex
     pipelines: dict[str, PartitionPipeline] = field(default_factory=dict)
     correlators: dict[int, JobPartition] = field(default_factory=dict)
+    correlator_resume_check: set[int] = field(default_factory=set)
     last_correlator_snapshot: dict[int, float] = field(default_factory=dict)
     published_wm: dict[str, float] = field(default_factory=dict)
     eos: set[str] = field(default_factory=set)
     wm_dirty: bool = False
+    last_broadcast: float = 0.0
+    #: wall time the ingest agent last received a message of each input partition, and when the batch
+    #: it is working on started (None between batches): what tells an idle partition from a busy worker
+    last_message: dict[str, float] = field(default_factory=dict)
+    batch_started: float | None = None
     last_snapshot_wm: dict[str, float] = field(default_factory=dict)
     finished_partitions: set[int] = field(default_factory=set)
     # ingest (issue 8)
@@ -135,7 +143,7 @@ def build_app(
     dcfg = detector_config(settings)
     ccfg = correlator_config(settings)
     scfg = signals_config(settings)
-    session = 10.0 if settings.embedded_broker else 30.0
+    session = settings.kafka_session_timeout_s or (10.0 if settings.embedded_broker else 30.0)
     servers = [b.strip() for b in bootstrap.split(",") if b.strip()]
     app = LockstepApp(
         settings.app_id,
@@ -174,9 +182,9 @@ def build_app(
                                 partitions=settings.partitions)
     raw_schema: Any = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     detector_table = app.Table(DETECTOR_STATE_TABLE, default=None, partitions=settings.partitions,
-                               schema=raw_schema)
+                               schema=raw_schema, key_type=bytes, value_type=bytes)
     correlator_table = app.Table(CORRELATOR_STATE_TABLE, default=None, partitions=settings.partitions,
-                                 schema=raw_schema)
+                                 schema=raw_schema, key_type=bytes, value_type=bytes)
 
     async def send(topic: Any, key: bytes | None, value: bytes, partition: int | None = None) -> None:
         if emit is not None:
@@ -217,9 +225,13 @@ def build_app(
         batches = stream.take_events(INGEST_BATCH_MESSAGES, within=INGEST_BATCH_WITHIN_S)  # type: ignore[attr-defined]
         async for events in batches:
             groups: dict[tuple[str, int], list[Any]] = {}
+            now = time.monotonic()
+            state.batch_started = now
             for event in events:
                 msg = event.message
                 groups.setdefault((msg.topic, msg.partition), []).append(event)
+            for topic, partition in groups:
+                state.last_message[f"{topic}:{partition}"] = now
             for (topic, partition), group in groups.items():
                 try:
                     await ingest_partition(topic, partition, group)
@@ -232,6 +244,7 @@ def build_app(
                         except Exception as exc:
                             log.exception("ingest failed on %s[%s]@%s", topic, partition, event.message.offset)
                             await dead_letter(_dl("ingest", f"internal error: {exc!r}", event, error="InternalError"))
+            state.batch_started = None
 
     async def ingest_partition(topic: str, partition: int, events: list[Any]) -> None:
         name = f"{topic}:{partition}"
@@ -353,7 +366,11 @@ def build_app(
             await consumer.stop()
 
     async def catch_up(pipe: PartitionPipeline, topic: str, partition: int, start: int, stop: int) -> int:
-        """Feed offsets ``[start, stop)`` of one partition to ``pipe`` for state only; outputs are dropped."""
+        """Feed offsets ``[start, stop)`` of one partition to ``pipe`` to rebuild its state.
+
+        Their outputs were produced before the commit; the anomaly episodes among them are produced
+        again anyway (correlation takes a repeated episode once), so nothing depends on the previous
+        worker having flushed them. Job points are not repeated (they would count twice)."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
@@ -371,8 +388,12 @@ def build_app(
                 if not batch:
                     break
                 if items:
-                    pipe.process_many(items)
+                    out = pipe.process_many(items)
                     n += len(items)
+                    for rec in out.anomalies:
+                        await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec))
+                    for rec in out.clocks:
+                        await send(anomalies_topic, rec["source"].encode(), orjson.dumps(rec))
         except Exception:
             log.exception("%s: catching up over %d..%d failed after %d messages; the baselines miss the rest",
                           pipe.origin, start, stop - 1, n)
@@ -383,25 +404,39 @@ def build_app(
     async def broadcast_watermarks() -> None:
         if not state.published_wm and not state.eos:
             return
-        value = orjson.dumps({"type": "watermark", "origins": state.published_wm, "eos": sorted(state.eos)})
+        # An input partition is idle only when this worker is keeping up (not inside a long batch, a
+        # restore or a catch-up) and has fetched nothing for it for watermark_idle_s: then it has no data.
+        now = time.monotonic()
+        busy = state.batch_started is not None and now - state.batch_started > 1.0
+        idle = [] if busy else sorted(o for o in state.published_wm
+                                      if now - state.last_message.get(o, now) > settings.watermark_idle_s)
+        value = orjson.dumps({"type": "watermark", "origins": state.published_wm, "eos": sorted(state.eos),
+                              "idle": idle})
         state.wm_dirty = False
         for partition in range(settings.partitions):
             await send(anomalies_topic, None, value, partition)
 
     @app.timer(settings.watermark_interval_s, name="broadcast_watermarks")  # type: ignore[untyped-decorator]
     async def watermark_timer() -> None:
-        if state.wm_dirty:
+        # Progress when it moved; otherwise a heartbeat every second, so correlation can tell an idle
+        # input partition (mentioned, not advancing) from one between owners (not mentioned at all).
+        now = time.monotonic()
+        if state.wm_dirty or now - state.last_broadcast >= 1.0:
+            state.last_broadcast = now
             await broadcast_watermarks()
 
     def correlator_for(partition: int) -> JobPartition:
         corr = state.correlators.get(partition)
         if corr is None:
             corr = JobPartition(ccfg, inventory, expected_origins, scfg, rules)
-            blob = correlator_table.get(str(partition).encode())
+            blob = read_snapshot(correlator_table, str(partition).encode())
             if blob:
                 try:
                     corr.restore(blob, time.monotonic())
                     metrics.restores.labels(CORRELATOR_STATE_TABLE).inc()
+                    state.correlator_resume_check.add(partition)
+                    log.info("restored correlation partition %d: %d jobs, input offset %s", partition,
+                             len(corr.correlator.jobs), corr.last_offset)
                 except Exception:
                     log.exception("correlator snapshot of partition %d unusable; starting empty", partition)
                     corr = JobPartition(ccfg, inventory, expected_origins, scfg, rules)
@@ -418,6 +453,8 @@ def build_app(
     async def emit_alerts(alerts: list[dict[str, Any]]) -> None:
         for alert in alerts:
             metrics.alerts.labels(alert["type"], alert["severity"], alert["status"]).inc()
+            log.info("alert %s %s %s %s (started %s, due %s)", alert["status"], alert["type"], alert.get("job_id"),
+                     alert["alert_id"], alert["started_at"], alert["detected_at"])
             await send(alerts_topic, (alert.get("job_id") or "").encode(), orjson.dumps(alert))
 
     annotations_topic = app.topic(cat.annotations, key_serializer="raw", value_serializer="raw", partitions=1)
@@ -446,9 +483,52 @@ def build_app(
                 log.exception("correlate failed on partition %s@%s", event.message.partition, event.message.offset)
                 await dead_letter(_dl("correlate", f"internal error: {exc!r}", event, error="InternalError"))
 
+    async def correlator_resume(corr: JobPartition, partition: int, first: int | None) -> bool:
+        """Make a restored correlation partition consistent with where Faust resumed (as for ingest):
+        offsets the snapshot already holds are skipped (returns False for them); a gap between the
+        snapshot and the commit is read again for state only."""
+        snap = corr.last_offset
+        if snap is None or first is None or first == snap + 1:
+            return True
+        if first <= snap:
+            return False
+        if emit is not None:
+            return True
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
+                                    fetch_max_wait_ms=50)
+        await consumer.start()
+        n = 0
+        try:
+            tp = TopicPartition(cat.anomalies, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, snap + 1)
+            while await consumer.position(tp) < first:
+                batch = (await consumer.getmany(tp, timeout_ms=1000, max_records=5000)).get(tp, [])
+                if not batch:
+                    break
+                for m in batch:
+                    if m.offset >= first or m.value is None:
+                        continue
+                    with contextlib.suppress(KeyError, TypeError, ValueError):
+                        corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset)
+                        n += 1
+        except Exception:
+            log.exception("correlation partition %d: catching up over %d..%d failed", partition, snap + 1, first - 1)
+        finally:
+            await consumer.stop()
+        log.info("correlation partition %d: restored state caught up over offsets %d..%d (%d records, state only)",
+                 partition, snap + 1, first - 1, n)
+        return True
+
     async def correlate_one(event: Any) -> None:
         partition = event.message.partition
         corr = correlator_for(partition)
+        if partition in state.correlator_resume_check:
+            if not await correlator_resume(corr, partition, event.message.offset):
+                return  # already in the restored state; its outputs were flushed before the snapshot
+            state.correlator_resume_check.discard(partition)
         try:
             rec = orjson.loads(event.value)
         except orjson.JSONDecodeError as exc:
@@ -472,7 +552,12 @@ def build_app(
             metrics.watermark.labels(str(partition)).set(wm)
         last = state.last_correlator_snapshot.get(partition, -math.inf)
         if out.changed or out.finished or (math.isfinite(wm) and wm - last >= settings.snapshot_interval_s):
-            correlator_table[str(partition).encode()] = corr.snapshot()
+            # Outputs first, then the state that produced them: a crash never leaves a snapshot whose
+            # alerts were lost (restart skips what a snapshot holds; see docs/performance.md).
+            if emit is None:
+                await app.producer.flush()
+            for key, value in snapshot_records(str(partition).encode(), corr.snapshot()):
+                table_put(correlator_table, key, value, partition)
             state.last_correlator_snapshot[partition] = wm if math.isfinite(wm) else last
             metrics.snapshots.labels(CORRELATOR_STATE_TABLE).inc()
         if out.finished:
@@ -493,6 +578,7 @@ def build_app(
             state.last_snapshot_wm.pop(f"{tp.topic}:{tp.partition}", None)
             if tp.topic == cat.anomalies:
                 state.correlators.pop(tp.partition, None)
+                state.correlator_resume_check.discard(tp.partition)
 
     attach_carriers(app, settings, cat, send, dead_letter, metrics, to_kafka=emit is None)  # issue 3: real formats
     app.on_partitions_revoked.connect(on_revoked)

@@ -432,11 +432,13 @@ def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalo
     telemetry_carriers = [c.topic for c in carriers.values() if c.produces == "samples"]
     inventory_carriers = [c.topic for c in carriers.values() if c.produces == "inventory"]
     if telemetry_carriers:
-        table = app.Table(CARRIER_STATE_TABLE, default=None, partitions=settings.partitions, schema=raw_schema)
+        table = app.Table(CARRIER_STATE_TABLE, default=None, partitions=settings.partitions, schema=raw_schema,
+                          key_type=bytes, value_type=bytes)
         topic = app.topic(*telemetry_carriers, partitions=settings.partitions, **raw)
         app.agent(topic, name="convert")(agent_body("convert", table))
     if inventory_carriers:
-        inv_table = app.Table(INVENTORY_CARRIER_STATE_TABLE, default=None, partitions=1, schema=raw_schema)
+        inv_table = app.Table(INVENTORY_CARRIER_STATE_TABLE, default=None, partitions=1, schema=raw_schema,
+                              key_type=bytes, value_type=bytes)
         inv_topic = app.topic(*inventory_carriers, partitions=1, **raw)
         app.agent(inv_topic, name="convert_inventory")(agent_body("convert_inventory", inv_table))
 

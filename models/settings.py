@@ -86,6 +86,9 @@ class LockstepSettings(BaseSettings):
         default=100, ge=1, le=5000, description="Consumer long-poll wait; bounds idle-time alert latency"
     )
     kafka_producer_linger_ms: int = Field(default=5, ge=0, le=1000)
+    kafka_session_timeout_s: float | None = Field(
+        default=None, ge=3, le=300, description="Consumer-group session timeout; unset: 10 s with the embedded "
+        "broker, 30 s otherwise. A dead worker's partitions move after about this long")
 
     # --- Topics ------------------------------------------------------------------------------
     topic_prefix: str = Field(default="lockstep.", max_length=100, pattern=r"^[A-Za-z0-9._-]*$")
@@ -104,7 +107,12 @@ class LockstepSettings(BaseSettings):
     snapshot_interval_s: float = Field(default=10.0, gt=0, description="Event-time seconds between state snapshots")
     watermark_interval_s: float = Field(default=0.2, gt=0, description="Wall seconds between watermark broadcasts")
     watermark_idle_s: float = Field(
-        default=10.0, gt=0, description="An input partition silent this long (wall time) stops holding watermarks"
+        default=10.0, gt=0, description="An input partition with no new data this long (wall time) stops holding "
+        "watermarks"
+    )
+    watermark_orphan_hold_s: float = Field(
+        default=60.0, gt=0, description="An input partition without a live worker (a crash, a rebalance) holds "
+        "watermarks this long before correlation goes on without it"
     )
 
     # --- Detection ---------------------------------------------------------------------------

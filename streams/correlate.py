@@ -46,6 +46,9 @@ CAUSAL_RANK = {
     ("step", None): 6,
 }
 
+#: An input partition mentioned within this many seconds has a live worker.
+ALIVE_S = 3.0
+
 NETWORK_MEANINGS = frozenset({"link_down", "link_errors", "drops", "retransmits", "congestion"})
 
 #: Among anomalies of one entity at the same instant, the more physical signal is named first: a
@@ -111,6 +114,7 @@ class CorrelatorConfig:
     critical_gpus: int = 64
     critical_ratio: float = 2.0
     idle_s: float = 10.0
+    orphan_hold_s: float = 60.0
     timeline_limit: int = 40
     public_url: str | None = None
     #: A symptom alert (GPU utilisation) waits this long after it is due for a cause alert to inhibit it.
@@ -182,6 +186,9 @@ class JobTimeline:
     gpu: dict[str, Any] | None = None
     #: the last resolved incident (a new one with the same cause soon after is the same incident reopened)
     last_resolved: dict[str, Any] | None = None
+    #: the job's cause alerts with the event-time interval they fired over ({"alert", "from", "to"}), so
+    #: inhibition is judged as of a symptom's due time even when a watermark jump settles both at once
+    fired: list[dict[str, Any]] = field(default_factory=list)
     gpu_closed_until: float = -math.inf
 
     def all_episodes(self) -> list[Episode]:
@@ -211,6 +218,8 @@ class Correlator:
         self.expected = expected_origins
         self.origin_wm: dict[str, float] = {}
         self.origin_seen: dict[str, float] = {}
+        #: the input partition's worker says it has fetched nothing for it lately (it has no data)
+        self.origin_idle: dict[str, bool] = {}
         self.eos: set[str] = set()
         self.jobs: dict[str, JobTimeline] = {}
         self.watermark = -math.inf
@@ -225,9 +234,12 @@ class Correlator:
         out = CorrelatorOutput()
         kind = rec.get("type")
         if kind == "watermark":
+            idle = set(rec.get("idle", ()))
             for origin, wm in rec.get("origins", {}).items():
-                self.origin_wm[origin] = max(self.origin_wm.get(origin, -math.inf), float(wm))
+                if float(wm) > self.origin_wm.get(origin, -math.inf):
+                    self.origin_wm[origin] = float(wm)
                 self.origin_seen[origin] = now_wall
+                self.origin_idle[origin] = origin in idle
             for origin in rec.get("eos", []):
                 self.eos.add(origin)
                 self.origin_seen[origin] = now_wall
@@ -328,13 +340,27 @@ class Correlator:
                 return -math.inf
             values = [self.origin_wm[o] for o in pending]
         else:
-            values = [wm for o, wm in self.origin_wm.items()
-                      if o not in self.eos and now_wall - self.origin_seen.get(o, now_wall) <= self.config.idle_s]
+            values = [wm for o, wm in self.origin_wm.items() if o not in self.eos and self._holds(o, now_wall)]
             if not values and not self.eos and not self.origin_wm:
                 return -math.inf
         if not values:
             return math.inf
         return min(values) - self.config.allowed_lateness_s
+
+    def _holds(self, origin: str, now_wall: float) -> bool:
+        """Whether an input partition still holds the watermark back (live mode).
+
+        Its worker mentions it in every watermark record (at least once a second) and says whether it
+        is idle (keeping up, nothing fetched for ``idle_s``: it has no data) - only then does it stop
+        holding. One not mentioned at all is between owners (a worker died, a rebalance is under way)
+        and holds for up to ``orphan_hold_s``, so its evidence is not made late by the move.
+        """
+        silent = now_wall - self.origin_seen.get(origin, now_wall)
+        if silent > self.config.orphan_hold_s:
+            return False
+        if silent <= ALIVE_S:
+            return not self.origin_idle.get(origin, False)
+        return True
 
     def _advance(self, now_wall: float, out: CorrelatorOutput) -> None:
         wm = self.current_watermark(now_wall)
@@ -373,6 +399,9 @@ class Correlator:
                     # Flap damping: an incident stays firing at least min_firing_s after its onset.
                     cleared = max(max(t for t in ended if t is not None), inc.onset + cfg.min_firing_s)
                     if wm >= cleared + cfg.resolve_after_s:
+                        for f in job.fired:
+                            if f["alert"]["alert_id"] == inc.alert["alert_id"] and f["to"] is None:
+                                f["to"] = cleared + cfg.resolve_after_s
                         self._emit(self._resolve(job, inc, cleared), wm, out)
                         continue
                 return
@@ -384,6 +413,9 @@ class Correlator:
                 return
             alert = self._fire(job, symptoms[0].ts, wm)
             job.incident.alert = self._emit(alert, symptoms[0].ts + cfg.grace_s, out)  # type: ignore[union-attr]
+            job.fired = [f for f in job.fired if f["to"] is None or f["to"] > wm - cfg.lookback_s][-8:]
+            job.fired.append({"alert": alert, "from": symptoms[0].ts + cfg.grace_s, "to": None})
+            self._supersede_gpu(job, alert, wm, out)
 
     # -- emission: silences, open alerts -------------------------------------------------------------
     def _emit(self, alert: dict[str, Any], t: float, out: CorrelatorOutput) -> dict[str, Any]:
@@ -449,9 +481,10 @@ class Correlator:
         if len(members) < need:
             return
         alert = self._gpu_alert(job, info, members, t_star, due)
-        sources = list(self.open_alerts.values())
-        if job.incident is not None:
-            sources.append(job.incident.alert)
+        # The cause alerts firing at the symptom's due time (not merely now: a jump of the watermark
+        # may have settled the cause's resolution in the same step).
+        sources = [a for a in self.open_alerts.values() if a.get("job_id") != job.job_id]
+        sources += [f["alert"] for f in job.fired if f["from"] <= due and (f["to"] is None or f["to"] > due)]
         inhibited_by = self.rules.inhibited_by(alert, sources)
         job.gpu = {"start": t_star, "keys": sorted(d.key for d in drops if d.ts <= due), "resolved": False,
                    "alert": None, "inhibited_by": inhibited_by}
@@ -459,6 +492,21 @@ class Correlator:
             out.inhibited.append(alert)
             return
         job.gpu["alert"] = self._emit(alert, due, out)
+
+    def _supersede_gpu(self, job: JobTimeline, cause: dict[str, Any], wm: float, out: CorrelatorOutput) -> None:
+        """A cause alert that arrives after the job's GPU symptom alert fired inhibits it after the fact:
+        the symptom alert is resolved, naming the alert that explains it."""
+        state = job.gpu
+        if state is None or state["resolved"] or state["alert"] is None:
+            return
+        if not self.rules.inhibited_by(state["alert"], [cause]):
+            return
+        done = dict(state["alert"], status="resolved", resolved_at=cause["detected_at"],
+                    details=dict(state["alert"].get("details") or {}, superseded_by=cause["alert_id"]))
+        done["summary"] = state["alert"]["summary"] + f"; explained by {cause['type']} {cause['alert_id']}"
+        state["alert"] = self._emit(Alert.model_validate(done).model_dump(mode="json"), wm, out)
+        state["resolved"] = True
+        state["inhibited_by"] = [cause["alert_id"]]
 
     def _gpu_alert(self, job: JobTimeline, info: Any, members: list[Episode], t_star: float,
                    due: float) -> dict[str, Any]:
@@ -772,7 +820,7 @@ class Correlator:
                         "symptom_keys": sorted(job.incident.symptom_keys)},
                     "contentions": job.contentions,
                     "gpu": job.gpu, "gpu_closed_until": _num(job.gpu_closed_until),
-                    "last_resolved": job.last_resolved,
+                    "last_resolved": job.last_resolved, "fired": job.fired,
                 } for jid, job in self.jobs.items()
             },
         }
@@ -780,6 +828,7 @@ class Correlator:
     def restore(self, data: dict[str, Any], now_wall: float) -> None:
         self.origin_wm = {k: float(v) for k, v in data["origin_wm"].items()}
         self.origin_seen = dict.fromkeys(self.origin_wm, now_wall)
+
         self.eos = set(data["eos"])
         self.watermark = _unnum(data["watermark"])
         self.max_event_ts = _unnum(data["max_event_ts"])
@@ -797,6 +846,7 @@ class Correlator:
             job.contentions = dict(jd.get("contentions", {}))
             job.gpu = jd.get("gpu")
             job.last_resolved = jd.get("last_resolved")
+            job.fired = list(jd.get("fired", []))
             job.gpu_closed_until = _unnum(jd.get("gpu_closed_until", "-inf"))
             self.jobs[jid] = job
 

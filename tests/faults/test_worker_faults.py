@@ -32,15 +32,7 @@ from .kit import (
     wait_until,
 )
 
-pytestmark = [
-    pytest.mark.broker,
-    pytest.mark.slow,
-    # Seen here on Tansu: the restarted (or remaining) worker's Faust consumer does not get past
-    # "FetchTunedConsumerThread: Starting..." within the wait after a member was SIGKILLed or left, so
-    # the alert never resolves. Kept running on demand (LOCKSTEP_SLOW_TESTS=1) until that is solved.
-    pytest.mark.xfail(reason="worker rejoin after a SIGKILLed/leaving member stalls on Tansu (see module)",
-                      strict=False),
-]
+pytestmark = [pytest.mark.broker]
 
 SPEC = LoadSpec(gpus=64, nodes_per_job=4, incidents=((0, 40),), incident_s=30.0, seed=11)
 SCRAPES = 125
@@ -74,6 +66,18 @@ async def wait_resolved(settings: Any, timeout_s: float) -> list[dict[str, Any]]
 
     await wait_until(resolved, timeout_s, every_s=1.0)
     return alerts
+
+
+async def wait_consumed(settings: Any, timeout_s: float) -> bool:
+    """Every telemetry partition committed up to its end: everything sent has been processed."""
+    topics = TopicCatalogue(settings).telemetry_topics
+
+    async def consumed() -> bool:
+        ends = await end_offsets(settings, topics)
+        done = await committed(settings, topics)
+        return all(done.get(tp, -1) >= end for tp, end in ends.items())
+
+    return await wait_until(consumed, timeout_s)
 
 
 def check(reference: set[tuple[Any, ...]], anomalies: list[dict[str, Any]], alerts: list[dict[str, Any]]) -> None:
@@ -113,6 +117,7 @@ def test_a_worker_killed_mid_incident_and_restarted_loses_nothing_and_alerts_onc
         second = WorkerProcess(settings, "second")
         workers.append(second)
         alerts = await wait_resolved(settings, 120)
+        await wait_consumed(settings, 30)
         anomalies = await read_anomalies(settings)
         second.stop()
         return anomalies, alerts, second.log()
@@ -142,17 +147,14 @@ def test_two_workers_one_leaving_mid_run_rebalance_and_lose_nothing(
         await send_scrapes(settings, gen, range(45, SCRAPES), pace_s=0.02)
         alerts = await wait_resolved(settings, 120)
         topics = TopicCatalogue(settings).telemetry_topics
+        await wait_consumed(settings, 30)
         ends = await end_offsets(settings, topics)
-
-        async def all_committed() -> bool:
-            return await committed(settings, topics) == ends
-
-        await wait_until(all_committed, 30)
         done = await committed(settings, topics)
         anomalies = await read_anomalies(settings)
         stay.stop()
         return anomalies, alerts, done, ends, leave.log()
 
     anomalies, alerts, done, ends, _ = asyncio.run(go())
-    assert done == ends, "telemetry left unconsumed after the rebalance"
+    # (Tansu can report an end offset below the last committed one for batched records: ">=" is "all read".)
+    assert all(done.get(tp, -1) >= end for tp, end in ends.items()), "telemetry left unconsumed after the rebalance"
     check(reference, anomalies, alerts)
