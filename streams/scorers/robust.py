@@ -63,8 +63,17 @@ class RobustConfig:
     floor_abs: float = 1e-9
     z_threshold: float = 6.0
     min_samples: int = 20
-    novelty_ratio: float = 2.0
-    novelty_half_life: float = 200.0
+    #: Rates of the fast and slow means whose extremes the novelty output tracks (besides the value's).
+    novelty_fast: float = 0.2
+    novelty_slow: float = 0.05
+    #: Exceedance of a feature's historical span (as a fraction of it) that scores 0.5 as novelty.
+    novelty_margin: float = 0.1
+    #: Per sample, the remembered extremes shrink by this fraction of their distance to their middle.
+    novelty_forget: float = 0.0
+    #: Novelty z-scores use a scale of at least this fraction of the value's historical span.
+    novelty_span_floor: float = 0.01
+    novelty_z_from: int = 150
+    novelty_z_weight: float = 0.25
     #: Moves smaller than this fraction of the expected value never score (0 disables).
     min_relative_change: float = 0.0
     threshold: float = 0.5
@@ -102,23 +111,22 @@ class RobustScores:
     _has_season: np.ndarray
     _floor: np.ndarray
     _zdir: np.ndarray
+    _nz: np.ndarray
+    _m_fast: np.ndarray
+    _m_slow: np.ndarray
 
 
 class RobustScorer:
     """Robust seasonal z-scores for many series; see the module docstring."""
 
-    _F64 = ("level", "mad_level", "err_level", "mad_season", "err_season", "peak")
+    _F64 = ("level", "mad_level", "err_level", "mad_season", "err_season", "peak",
+            "lo_x", "hi_x", "m_fast", "lo_fast", "hi_fast", "m_slow", "lo_slow", "hi_slow")
 
     def __init__(self, config: RobustConfig | None = None) -> None:
         self.config = config or RobustConfig()
         self.threshold = self.config.threshold
-        self._decay = 0.5 ** (1.0 / self.config.novelty_half_life)
-        self.level = np.zeros(0)
-        self.mad_level = np.zeros(0)
-        self.err_level = np.zeros(0)
-        self.mad_season = np.zeros(0)
-        self.err_season = np.zeros(0)
-        self.peak = np.zeros(0)
+        for name in self._F64:
+            setattr(self, name, np.zeros(0))
         self.count = np.zeros(0, dtype=np.int32)
         self.direction = np.zeros(0, dtype=np.int8)
         self.profile = np.full((0, max(self.config.bins, 1)), np.nan, dtype=np.float32)
@@ -168,15 +176,41 @@ class RobustScorer:
             expected = np.where(use_season, prof, lvl)
             zdir = np.where(np.abs(r) < cfg.min_relative_change * np.abs(expected), 0.0, zdir)
         warm = count >= cfg.min_samples
+        novelty, nz, m_fast, m_slow = self._novelty(ids, x, first, mad, direction, count, zdir)
         zdir = np.where(warm, zdir, 0.0)
-        peak = self.peak[ids]
-        novel = np.where(zdir > cfg.novelty_ratio * peak, zdir, 0.0)
         return RobustScores(
-            score=calibrate(zdir, cfg.z_threshold), novelty=calibrate(novel, cfg.z_threshold), z=zdir,
+            score=calibrate(zdir, cfg.z_threshold), novelty=novelty, z=zdir,
             expected=np.where(use_season, prof, lvl),
             scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
-            _has_season=has_season, _floor=floor, _zdir=zdir,
+            _has_season=has_season, _floor=floor, _zdir=zdir, _nz=nz, _m_fast=m_fast, _m_slow=m_slow,
         )
+
+    def _novelty(self, ids: np.ndarray, x: np.ndarray, first: np.ndarray, mad: np.ndarray,
+                 direction: np.ndarray, count: np.ndarray, zdir: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        cfg = self.config
+        lo_x = np.where(first, x, self.lo_x[ids])
+        hi_x = np.where(first, x, self.hi_x[ids])
+        span = hi_x - lo_x
+        m_fast = np.where(first, x, self.m_fast[ids] + cfg.novelty_fast * (x - self.m_fast[ids]))
+        m_slow = np.where(first, x, self.m_slow[ids] + cfg.novelty_slow * (x - self.m_slow[ids]))
+
+        def exceed(v: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+            width = np.maximum(hi - lo, cfg.floor_abs)
+            up, down = (v - hi) / width, (lo - v) / width
+            return np.where(direction == 0, np.maximum(up, down), np.where(direction > 0, up, down))
+
+        e_x = exceed(x, lo_x, hi_x)
+        e_fast = exceed(m_fast, np.where(first, x, self.lo_fast[ids]), np.where(first, x, self.hi_fast[ids]))
+        e_slow = exceed(m_slow, np.where(first, x, self.lo_slow[ids]), np.where(first, x, self.hi_slow[ids]))
+        # The surprise against the predictors, on a scale no finer than a fraction of the span seen.
+        nz = np.where(count >= cfg.novelty_z_from, zdir * (mad / np.maximum(mad, cfg.novelty_span_floor * span)), 0.0)
+        peak = self.peak[ids]
+        e_z = np.where(peak > 0, (nz - peak) / np.maximum(peak, cfg.floor_abs), 0.0) * cfg.novelty_z_weight
+        self._parts = (e_x, e_fast, e_slow, e_z)
+        e = np.maximum(np.maximum(e_x, e_fast), np.maximum(e_slow, e_z))
+        e = np.where(count >= cfg.min_samples, np.clip(np.nan_to_num(e, nan=0.0, posinf=1e300), 0.0, None), 0.0)
+        return e / (e + cfg.novelty_margin), nz, m_fast, m_slow
 
     def learn(self, ids: np.ndarray, x: np.ndarray, ev: RobustScores, mask: np.ndarray | None = None) -> None:
         """Advance the state of series ``ids`` with the rows evaluated in ``ev``.
@@ -185,8 +219,7 @@ class RobustScorer:
         episode), but they still count for warm-up and for the novelty memory.
         """
         cfg = self.config
-        warm = ev.warm
-        self.peak[ids] = np.where(warm, np.maximum(self.peak[ids] * self._decay, ev._zdir), self.peak[ids])
+        self._learn_novelty(ids, x, ev)
         self.count[ids] = np.minimum(self.count[ids].astype(np.int64) + 1, 2**31 - 1)
         if mask is not None:
             if not mask.any():
@@ -219,6 +252,23 @@ class RobustScorer:
         err_s = self.err_season[ids]
         # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
         self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, np.abs(r_s), 2.0 * np.abs(r_l)) - err_s)
+
+    def _learn_novelty(self, ids: np.ndarray, x: np.ndarray, ev: RobustScores) -> None:
+        """The remembered extremes follow every sample, anomalous or not: what was seen is not new."""
+        cfg = self.config
+        first = self.count[ids] == 0
+        keep = 1.0 - cfg.novelty_forget
+        for name, v in (("x", x), ("fast", ev._m_fast), ("slow", ev._m_slow)):
+            lo = np.where(first, v, np.minimum(getattr(self, "lo_" + name)[ids], v))
+            hi = np.where(first, v, np.maximum(getattr(self, "hi_" + name)[ids], v))
+            if cfg.novelty_forget > 0:
+                mid = 0.5 * (lo + hi)
+                lo, hi = mid + keep * (lo - mid), mid + keep * (hi - mid)
+            getattr(self, "lo_" + name)[ids] = lo
+            getattr(self, "hi_" + name)[ids] = hi
+        self.m_fast[ids] = ev._m_fast
+        self.m_slow[ids] = ev._m_slow
+        self.peak[ids] = np.maximum(self.peak[ids] * keep, ev._nz)
 
     def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Score then learn (the :class:`streams.scorers.base.Scorer` contract); returns ``score``."""
