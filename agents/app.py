@@ -175,7 +175,8 @@ def build_app(
                                 partitions=settings.partitions)
     alerts_topic = app.topic(cat.alerts, key_serializer="raw", value_serializer="raw",
                              partitions=settings.alerts_partitions)
-    dlq_topic = app.topic(cat.dlq, key_serializer="raw", value_serializer="raw", partitions=1)
+    dlq_topic = app.topic(cat.dlq, key_serializer="raw", value_serializer="raw",
+                          partitions=settings.inventory_partitions)
     stats_topic = app.topic(cat.stats, key_serializer="raw", value_serializer="raw",
                             partitions=settings.alerts_partitions)
     timelines_topic = app.topic(cat.timelines, key_serializer="raw", value_serializer="raw",
@@ -331,6 +332,17 @@ def build_app(
             resumes.labels(pipe.origin, "offsets_reset").inc()
             state.offset_resets.add(pipe.origin)
             return items
+        first_ts = items[0][1].timestamp
+        if first <= snap and first_ts is not None and pipe.last_record_ts is not None \
+                and first_ts > pipe.last_record_ts:
+            # Offsets the state claims to hold, but written after the state's last message: the topic
+            # was rebuilt under us (a broker that lost its data). Nothing of it is in the state.
+            log.warning("%s: offset %d was written after the restored state's last message (offset %d): the topic "
+                        "was recreated or truncated (a broker that lost its data?); keeping the learned baselines "
+                        "and processing every message from offset %d", pipe.origin, first, snap, first)
+            resumes.labels(pipe.origin, "offsets_reset").inc()
+            state.offset_resets.add(pipe.origin)
+            return items
         if first <= snap:
             kept = [it for it in items if it[1].offset is None or it[1].offset > snap]
             state.resume_skipped += len(items) - len(kept)
@@ -457,7 +469,8 @@ def build_app(
                      alert["alert_id"], alert["started_at"], alert["detected_at"])
             await send(alerts_topic, (alert.get("job_id") or "").encode(), orjson.dumps(alert))
 
-    annotations_topic = app.topic(cat.annotations, key_serializer="raw", value_serializer="raw", partitions=1)
+    annotations_topic = app.topic(cat.annotations, key_serializer="raw", value_serializer="raw",
+                                  partitions=settings.inventory_partitions)
 
     @app.agent(annotations_topic, name="forward_annotations")
     async def forward_annotations(stream: faust.StreamT[bytes]) -> None:
@@ -483,12 +496,19 @@ def build_app(
                 log.exception("correlate failed on partition %s@%s", event.message.partition, event.message.offset)
                 await dead_letter(_dl("correlate", f"internal error: {exc!r}", event, error="InternalError"))
 
-    async def correlator_resume(corr: JobPartition, partition: int, first: int | None) -> bool:
+    async def correlator_resume(corr: JobPartition, partition: int, first: int | None,
+                                first_ts: float | None = None) -> bool:
         """Make a restored correlation partition consistent with where Faust resumed (as for ingest):
         offsets the snapshot already holds are skipped (returns False for them); a gap between the
-        snapshot and the commit is read again for state only."""
+        snapshot and the commit is read again for state only; a rebuilt topic is processed whole."""
         snap = corr.last_offset
         if snap is None or first is None or first == snap + 1:
+            return True
+        if first <= snap and first_ts is not None and corr.last_record_ts is not None \
+                and first_ts > corr.last_record_ts:
+            log.warning("correlation partition %d: offset %d was written after the restored state's last record "
+                        "(offset %d): the topic was recreated or truncated; processing it whole", partition, first,
+                        snap)
             return True
         if first <= snap:
             return False
@@ -512,7 +532,7 @@ def build_app(
                     if m.offset >= first or m.value is None:
                         continue
                     with contextlib.suppress(KeyError, TypeError, ValueError):
-                        corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset)
+                        corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset, m.timestamp / 1000.0)
                         n += 1
         except Exception:
             log.exception("correlation partition %d: catching up over %d..%d failed", partition, snap + 1, first - 1)
@@ -526,7 +546,7 @@ def build_app(
         partition = event.message.partition
         corr = correlator_for(partition)
         if partition in state.correlator_resume_check:
-            if not await correlator_resume(corr, partition, event.message.offset):
+            if not await correlator_resume(corr, partition, event.message.offset, event.message.timestamp):
                 return  # already in the restored state; its outputs were flushed before the snapshot
             state.correlator_resume_check.discard(partition)
         try:
@@ -538,7 +558,7 @@ def build_app(
             await dead_letter(_dl("correlate", "record is not an object", event))
             return
         try:
-            out = corr.on_record(rec, time.monotonic(), event.message.offset)
+            out = corr.on_record(rec, time.monotonic(), event.message.offset, event.message.timestamp)
         except (KeyError, TypeError, ValueError) as exc:
             await dead_letter(_dl("correlate", f"malformed record: {exc!r}", event))
             return

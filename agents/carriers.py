@@ -437,9 +437,10 @@ def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalo
         topic = app.topic(*telemetry_carriers, partitions=settings.partitions, **raw)
         app.agent(topic, name="convert")(agent_body("convert", table))
     if inventory_carriers:
-        inv_table = app.Table(INVENTORY_CARRIER_STATE_TABLE, default=None, partitions=1, schema=raw_schema,
+        inv_table = app.Table(INVENTORY_CARRIER_STATE_TABLE, default=None, partitions=settings.inventory_partitions,
+                              schema=raw_schema,
                               key_type=bytes, value_type=bytes)
-        inv_topic = app.topic(*inventory_carriers, partitions=1, **raw)
+        inv_topic = app.topic(*inventory_carriers, partitions=settings.inventory_partitions, **raw)
         app.agent(inv_topic, name="convert_inventory")(agent_body("convert_inventory", inv_table))
 
     async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:

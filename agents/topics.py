@@ -128,11 +128,12 @@ class TopicCatalogue:
 
         ``telemetry.raw.<format>`` has the telemetry partition count (key: the source, so one source
         keeps its order and its derived-ratio state on one partition); ``inventory.raw.<format>`` has
-        one partition (scheduler dumps and pod events are read in order, and a job's pods meet in one
-        state).
+        ``inventory_partitions`` (one by default: scheduler dumps and pod events are read in order, and a
+        job's pods meet in one state).
         """
         return [CarrierTopic(name, self._n(f"telemetry.raw.{name}"), self.settings.partitions, produces)
-                if produces == "samples" else CarrierTopic(name, self._n(f"inventory.raw.{name}"), 1, produces)
+                if produces == "samples" else CarrierTopic(name, self._n(f"inventory.raw.{name}"),
+                                                             self.settings.inventory_partitions, produces)
                 for name, produces in carrier_formats().items()]
 
     def specs(self) -> list[TopicSpec]:
@@ -153,11 +154,12 @@ class TopicCatalogue:
                       s.alerts_retention_ms),
             TopicSpec(self.timelines, p, "job_id", "per-job, per-second lane aggregates (the timeline page)",
                       s.telemetry_retention_ms),
-            TopicSpec(self.annotations, 1, "job_id", "operator annotations (a fix, a change) for before/after "
-                      "comparisons (docs/api.md)", s.alerts_retention_ms),
-            TopicSpec(self.silences, 1, "silence_id", "alert silences (docs/api.md; latest per id is current)",
-                      compact=True),
-            TopicSpec(self.dlq, 1, "original key", "dead letters: reason, original bytes, where they came from",
+            TopicSpec(self.annotations, s.inventory_partitions, "job_id", "operator annotations (a fix, a change) "
+                      "for before/after comparisons (docs/api.md)", s.alerts_retention_ms),
+            TopicSpec(self.silences, s.inventory_partitions, "silence_id",
+                      "alert silences (docs/api.md; latest per id is current)", compact=True),
+            TopicSpec(self.dlq, s.inventory_partitions, "original key",
+                      "dead letters: reason, original bytes, where they came from",
                       7 * 24 * 3600 * 1000, config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
             TopicSpec(self.changelog(DETECTOR_STATE_TABLE), p, "topic:partition",
                       "snapshots of per-partition detector state", compact=True,
@@ -175,7 +177,7 @@ class TopicCatalogue:
             TopicSpec(self.changelog(CARRIER_STATE_TABLE), p, "topic:partition",
                       "snapshots of per-partition real-format adapter state", compact=True,
                       config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
-            TopicSpec(self.changelog(INVENTORY_CARRIER_STATE_TABLE), 1, "topic:partition",
+            TopicSpec(self.changelog(INVENTORY_CARRIER_STATE_TABLE), s.inventory_partitions, "topic:partition",
                       "snapshots of the inventory carriers' adapter state", compact=True,
                       config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
         ]

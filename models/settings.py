@@ -93,7 +93,8 @@ class LockstepSettings(BaseSettings):
     # --- Topics ------------------------------------------------------------------------------
     topic_prefix: str = Field(default="lockstep.", max_length=100, pattern=r"^[A-Za-z0-9._-]*$")
     partitions: int = Field(default=8, ge=1, le=1024, description="Partitions of telemetry and anomalies")
-    inventory_partitions: int = Field(default=1, ge=1, le=64)
+    inventory_partitions: int = Field(default=1, ge=1, le=64, description="Partitions of the small topics: "
+                                      "inventory and its carriers, annotations, silences, dlq")
     alerts_partitions: int = Field(default=1, ge=1, le=64)
     telemetry_retention_ms: int = Field(default=6 * 3600 * 1000, ge=60_000)
     alerts_retention_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=60_000)

@@ -36,15 +36,18 @@ class JobPartition:
         self.correlator = Correlator(config, inventory, expected_origins, rules)
         self.signals = JobSignals(signals or SignalsConfig(allowed_lateness_s=config.allowed_lateness_s))
         self.last_offset: int | None = None
+        self.last_record_ts: float | None = None
 
     @property
     def watermark(self) -> float:
         return self.correlator.watermark
 
-    def on_record(self, rec: dict[str, Any], now_wall: float, offset: int | None = None) -> PartitionResult:
+    def on_record(self, rec: dict[str, Any], now_wall: float, offset: int | None = None,
+                  record_ts: float | None = None) -> PartitionResult:
         """Fold one record in. Raises KeyError/TypeError/ValueError on a malformed record."""
         if offset is not None:
             self.last_offset = offset
+            self.last_record_ts = record_ts
         res = PartitionResult()
         kind = rec.get("type")
         before = self.correlator.watermark
@@ -82,7 +85,7 @@ class JobPartition:
     def snapshot(self) -> bytes:
         arrays, stats_meta = self.signals.stats.snapshot()
         meta = {"correlator": self.correlator.snapshot(), "signals": self.signals.snapshot(), "stats": stats_meta,
-                "offset": self.last_offset}
+                "offset": self.last_offset, "record_ts": self.last_record_ts}
         return pack(arrays, meta)
 
     def restore(self, blob: bytes, now_wall: float) -> None:
@@ -91,3 +94,4 @@ class JobPartition:
         self.signals.restore(meta["signals"])
         self.signals.stats.restore(arrays, meta["stats"])
         self.last_offset = meta["offset"]
+        self.last_record_ts = meta.get("record_ts")

@@ -134,6 +134,9 @@ class PartitionPipeline:
         self.detector = DetectorBank(config)
         self.watermark: float | None = None
         self.last_offset: int | None = None
+        #: Kafka record time of the last message processed: tells a rebuilt topic (its offsets start
+        #: again at 0 with new, later records) from messages this state already holds
+        self.last_record_ts: float | None = None
         self._registered = 0
         # Per series: lane code (-1: not forwarded), candidate job set and the inventory version it is for.
         self._lane = np.full(0, -1, dtype=np.int8)
@@ -274,6 +277,7 @@ class PartitionPipeline:
         self._register_new(out)
         if messages and messages[-1][1].offset is not None:
             self.last_offset = messages[-1][1].offset
+            self.last_record_ts = messages[-1][1].timestamp
         if not ids_l:
             return out
         # normalise: catalogue kinds, counter sanity
@@ -461,7 +465,8 @@ class PartitionPipeline:
         n = len(self.registry)
         arrays = {**self.rates.snapshot(n), **self.detector.snapshot(n)}
         meta = {"origin": self.origin, "series": self.registry.snapshot(), "watermark": self.watermark,
-                "offset": self.last_offset, "window": self.config.window, "clocks": self.clocks.snapshot()}
+                "offset": self.last_offset, "record_ts": self.last_record_ts, "window": self.config.window,
+                "clocks": self.clocks.snapshot()}
         return pack(arrays, meta)
 
     def restore(self, blob: bytes) -> None:
@@ -478,6 +483,7 @@ class PartitionPipeline:
         self.detector.restore(arrays)
         self.watermark = meta["watermark"]
         self.last_offset = meta["offset"]
+        self.last_record_ts = meta.get("record_ts")
         self.clocks = ClockTracker(self.clock_config)
         if "clocks" in meta:
             self.clocks.restore(meta["clocks"])

@@ -56,6 +56,8 @@ class WorkerProcess:
             "LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers or "",
             "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix, "LOCKSTEP_APP_ID": settings.app_id,
             "LOCKSTEP_PARTITIONS": str(settings.partitions), "LOCKSTEP_DATA_DIR": str(settings.data_dir),
+            "LOCKSTEP_INVENTORY_PARTITIONS": str(settings.inventory_partitions),
+            "LOCKSTEP_ALERTS_PARTITIONS": str(settings.alerts_partitions),
             "LOCKSTEP_SNAPSHOT_INTERVAL_S": str(settings.snapshot_interval_s), "LOCKSTEP_LOG_LEVEL": "info",
             "LOCKSTEP_KAFKA_SESSION_TIMEOUT_S": "6",
             "LOCKSTEP_WEB_PORT": "0",
