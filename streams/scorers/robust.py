@@ -74,6 +74,8 @@ class RobustConfig:
     novelty_span_floor: float = 0.01
     novelty_z_from: int = 150
     novelty_z_weight: float = 0.25
+    novelty_refractory: float = 25.0
+    novelty_refractory_ratio: float = 1.0
     #: Moves smaller than this fraction of the expected value never score (0 disables).
     min_relative_change: float = 0.0
     threshold: float = 0.5
@@ -114,17 +116,19 @@ class RobustScores:
     _nz: np.ndarray
     _m_fast: np.ndarray
     _m_slow: np.ndarray
+    _e: np.ndarray
 
 
 class RobustScorer:
     """Robust seasonal z-scores for many series; see the module docstring."""
 
-    _F64 = ("level", "mad_level", "err_level", "mad_season", "err_season", "peak",
+    _F64 = ("level", "mad_level", "err_level", "mad_season", "err_season", "peak", "recent",
             "lo_x", "hi_x", "m_fast", "lo_fast", "hi_fast", "m_slow", "lo_slow", "hi_slow")
 
     def __init__(self, config: RobustConfig | None = None) -> None:
         self.config = config or RobustConfig()
         self.threshold = self.config.threshold
+        self._rdecay = 0.5 ** (1.0 / self.config.novelty_refractory) if self.config.novelty_refractory > 0 else 0.0
         for name in self._F64:
             setattr(self, name, np.zeros(0))
         self.count = np.zeros(0, dtype=np.int32)
@@ -182,7 +186,7 @@ class RobustScorer:
             score=calibrate(zdir, cfg.z_threshold), novelty=novelty, z=zdir,
             expected=np.where(use_season, prof, lvl),
             scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
-            _has_season=has_season, _floor=floor, _zdir=zdir, _nz=nz, _m_fast=m_fast, _m_slow=m_slow,
+            _has_season=has_season, _floor=floor, _zdir=zdir, _nz=nz, _m_fast=m_fast, _m_slow=m_slow, _e=self._e,
         )
 
     def _novelty(self, ids: np.ndarray, x: np.ndarray, first: np.ndarray, mad: np.ndarray,
@@ -210,6 +214,9 @@ class RobustScorer:
         self._parts = (e_x, e_fast, e_slow, e_z)
         e = np.maximum(np.maximum(e_x, e_fast), np.maximum(e_slow, e_z))
         e = np.where(count >= cfg.min_samples, np.clip(np.nan_to_num(e, nan=0.0, posinf=1e300), 0.0, None), 0.0)
+        self._e = e
+        if cfg.novelty_refractory > 0:
+            e = np.where(e > cfg.novelty_refractory_ratio * self.recent[ids] * self._rdecay, e, 0.0)
         return e / (e + cfg.novelty_margin), nz, m_fast, m_slow
 
     def learn(self, ids: np.ndarray, x: np.ndarray, ev: RobustScores, mask: np.ndarray | None = None) -> None:
@@ -256,9 +263,13 @@ class RobustScorer:
     def _learn_novelty(self, ids: np.ndarray, x: np.ndarray, ev: RobustScores) -> None:
         """The remembered extremes follow every sample, anomalous or not: what was seen is not new."""
         cfg = self.config
-        first = self.count[ids] == 0
+        count = self.count[ids]
         keep = 1.0 - cfg.novelty_forget
-        for name, v in (("x", x), ("fast", ev._m_fast), ("slow", ev._m_slow)):
+        # A mean's extremes are recorded once it has seen three times its memory (3 / rate samples):
+        # before, its first samples weigh too much and set extremes the series never had.
+        for name, v, start in (("x", x, 0), ("fast", ev._m_fast, 3.0 / cfg.novelty_fast),
+                               ("slow", ev._m_slow, 3.0 / cfg.novelty_slow)):
+            first = count <= start
             lo = np.where(first, v, np.minimum(getattr(self, "lo_" + name)[ids], v))
             hi = np.where(first, v, np.maximum(getattr(self, "hi_" + name)[ids], v))
             if cfg.novelty_forget > 0:
@@ -269,6 +280,7 @@ class RobustScorer:
         self.m_fast[ids] = ev._m_fast
         self.m_slow[ids] = ev._m_slow
         self.peak[ids] = np.maximum(self.peak[ids] * keep, ev._nz)
+        self.recent[ids] = np.maximum(self.recent[ids] * self._rdecay, ev._e)
 
     def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Score then learn (the :class:`streams.scorers.base.Scorer` contract); returns ``score``."""
