@@ -117,7 +117,7 @@ def test_a_worker_killed_mid_incident_and_restarted_loses_nothing_and_alerts_onc
         second = WorkerProcess(settings, "second")
         workers.append(second)
         alerts = await wait_resolved(settings, 120)
-        await wait_consumed(settings, 30)
+        await wait_consumed(settings, 90)
         anomalies = await read_anomalies(settings)
         second.stop()
         return anomalies, alerts, second.log()
@@ -147,7 +147,7 @@ def test_two_workers_one_leaving_mid_run_rebalance_and_lose_nothing(
         await send_scrapes(settings, gen, range(45, SCRAPES), pace_s=0.02)
         alerts = await wait_resolved(settings, 120)
         topics = TopicCatalogue(settings).telemetry_topics
-        await wait_consumed(settings, 30)
+        await wait_consumed(settings, 90)
         ends = await end_offsets(settings, topics)
         done = await committed(settings, topics)
         anomalies = await read_anomalies(settings)
