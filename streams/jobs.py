@@ -62,7 +62,9 @@ class JobPartition:
             out = self.correlator.on_record(rec, now_wall)
             res.alerts, res.late, res.finished = out.alerts, out.late, out.finished
             res.inhibited = out.inhibited
-            res.changed = kind == "anomaly" or bool(out.alerts)
+            # Snapshot when an alert went out (restart must not repeat it); other records are replayed
+            # from the snapshot's offset after a restart (see agents.app correlator_resume).
+            res.changed = bool(out.alerts)
         else:
             raise ValueError(f"unknown record type {str(kind)[:40]!r}")
         self._advance(before, res)
@@ -80,7 +82,7 @@ class JobPartition:
         wm = self.correlator.watermark
         if wm > before or (res.finished and math.isinf(wm)):
             res.timelines, res.stats = self.signals.advance(wm)
-            res.changed = res.changed or bool(res.timelines)
+            res.changed = res.changed or bool(res.stats)
 
     def snapshot(self) -> bytes:
         arrays, stats_meta = self.signals.stats.snapshot()
