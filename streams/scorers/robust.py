@@ -63,26 +63,30 @@ class RobustConfig:
     floor_abs: float = 1e-9
     z_threshold: float = 6.0
     min_samples: int = 20
-    #: Rates of the fast and slow means whose extremes the novelty output tracks (besides the value's).
+    #: Rates of the fast and slow means whose extremes the novelty output remembers (besides the value's).
     novelty_fast: float = 0.2
     novelty_slow: float = 0.05
-    #: Exceedance of a feature's historical span (as a fraction of it) that scores 0.5 as novelty.
-    novelty_margin: float = 0.1
-    #: Per sample, the remembered extremes shrink by this fraction of their distance to their middle.
-    novelty_forget: float = 0.0
-    #: Novelty z-scores use a scale of at least this fraction of the value's historical span.
+    #: Exceedance (as a fraction of the remembered span) at which novelty scores 0.5.
+    novelty_margin: float = 0.075
+    #: Per sample, the remembered extremes and the largest surprise forget this fraction of themselves
+    #: (half-life ~6,900 samples): a series is judged against roughly its last few thousand samples.
+    novelty_forget: float = 1e-4
+    #: The surprise behind novelty uses a scale of at least this fraction of the value's remembered span.
     novelty_span_floor: float = 0.01
-    novelty_z_from: int = 150
+    #: The surprise's exceedance of its own largest counts this much (z is heavier-tailed than values).
     novelty_z_weight: float = 0.25
+    #: Half-life (samples) of the memory of recent novelty: an event scores once, at its onset, and
+    #: again only where it outgrows itself.
     novelty_refractory: float = 25.0
-    novelty_refractory_ratio: float = 1.0
     #: Moves smaller than this fraction of the expected value never score (0 disables).
     min_relative_change: float = 0.0
     threshold: float = 0.5
 
     @classmethod
     def for_window(cls, window: int, **kw: float | int) -> RobustConfig:
-        """Rates for a baseline memory of about ``window`` samples (level 5/window, scale 2/window)."""
+        """Rates for a baseline memory of about ``window`` samples (level 5/window, scale 2/window,
+        novelty's refractory half-life window/4)."""
+        kw.setdefault("novelty_refractory", max(1.0, window / 4.0))
         return cls(level_alpha=min(1.0, 5.0 / window), scale_alpha=min(1.0, 2.0 / window), **kw)  # type: ignore[arg-type]
 
 
@@ -113,27 +117,36 @@ class RobustScores:
     _has_season: np.ndarray
     _floor: np.ndarray
     _zdir: np.ndarray
-    _nz: np.ndarray
-    _m_fast: np.ndarray
-    _m_slow: np.ndarray
-    _e: np.ndarray
+    _feats: np.ndarray  # (rows, 3): the value, its fast and its slow mean
+    _nz: np.ndarray  # the surprise behind novelty
+    _e: np.ndarray  # novelty's exceedance before the refractory gate
 
 
 class RobustScorer:
     """Robust seasonal z-scores for many series; see the module docstring."""
 
-    _F64 = ("level", "mad_level", "err_level", "mad_season", "err_season", "peak", "recent",
-            "lo_x", "hi_x", "m_fast", "lo_fast", "hi_fast", "m_slow", "lo_slow", "hi_slow")
+    _F64 = ("level", "mad_level", "err_level", "mad_season", "err_season", "peak", "recent")
+    #: Per-series 2-D state: the fast and slow means, the remembered lows and highs of (value, fast, slow).
+    _NOVEL = ("means", "lows", "highs")
+    _STATE = (*_F64, *_NOVEL, "count", "direction", "profile")
 
     def __init__(self, config: RobustConfig | None = None) -> None:
         self.config = config or RobustConfig()
-        self.threshold = self.config.threshold
-        self._rdecay = 0.5 ** (1.0 / self.config.novelty_refractory) if self.config.novelty_refractory > 0 else 0.0
+        cfg = self.config
+        self.threshold = cfg.threshold
+        self._rdecay = 0.5 ** (1.0 / cfg.novelty_refractory) if cfg.novelty_refractory > 0 else 0.0
+        self._rates = np.array([cfg.novelty_fast, cfg.novelty_slow])
+        # A mean's extremes are recorded once it has seen three times its memory (3 / rate samples):
+        # before, its first samples weigh too much and would set extremes the series never had.
+        self._starts = np.array([0.0, 3.0 / cfg.novelty_fast, 3.0 / cfg.novelty_slow])
         for name in self._F64:
             setattr(self, name, np.zeros(0))
+        self.means = np.zeros((0, 2))
+        self.lows = np.zeros((0, 3))
+        self.highs = np.zeros((0, 3))
         self.count = np.zeros(0, dtype=np.int32)
         self.direction = np.zeros(0, dtype=np.int8)
-        self.profile = np.full((0, max(self.config.bins, 1)), np.nan, dtype=np.float32)
+        self.profile = np.full((0, max(cfg.bins, 1)), np.nan, dtype=np.float32)
 
     def __len__(self) -> int:
         return int(self.count.shape[0])
@@ -142,7 +155,7 @@ class RobustScorer:
         """Declare series ``sid`` (dense ids; storage grows by doubling) and its bad direction."""
         size = sid + 1
         if size > self.count.shape[0]:
-            for name in self._F64:
+            for name in (*self._F64, *self._NOVEL):
                 setattr(self, name, grow(getattr(self, name), size, 0.0))
             self.count = grow(self.count, size, 0)
             self.direction = grow(self.direction, size, 0)
@@ -180,44 +193,38 @@ class RobustScorer:
             expected = np.where(use_season, prof, lvl)
             zdir = np.where(np.abs(r) < cfg.min_relative_change * np.abs(expected), 0.0, zdir)
         warm = count >= cfg.min_samples
-        novelty, nz, m_fast, m_slow = self._novelty(ids, x, first, mad, direction, count, zdir)
         zdir = np.where(warm, zdir, 0.0)
+        novelty, feats, nz, e = self._novelty(ids, x, count, mad, direction, zdir)
         return RobustScores(
             score=calibrate(zdir, cfg.z_threshold), novelty=novelty, z=zdir,
             expected=np.where(use_season, prof, lvl),
             scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
-            _has_season=has_season, _floor=floor, _zdir=zdir, _nz=nz, _m_fast=m_fast, _m_slow=m_slow, _e=self._e,
+            _has_season=has_season, _floor=floor, _zdir=zdir, _feats=feats, _nz=nz, _e=e,
         )
 
-    def _novelty(self, ids: np.ndarray, x: np.ndarray, first: np.ndarray, mad: np.ndarray,
-                 direction: np.ndarray, count: np.ndarray, zdir: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _novelty(self, ids: np.ndarray, x: np.ndarray, count: np.ndarray, mad: np.ndarray,
+                 direction: np.ndarray, zdir: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Novelty of each row: how far it leaves what its series has done before (module docstring)."""
         cfg = self.config
-        lo_x = np.where(first, x, self.lo_x[ids])
-        hi_x = np.where(first, x, self.hi_x[ids])
-        span = hi_x - lo_x
-        m_fast = np.where(first, x, self.m_fast[ids] + cfg.novelty_fast * (x - self.m_fast[ids]))
-        m_slow = np.where(first, x, self.m_slow[ids] + cfg.novelty_slow * (x - self.m_slow[ids]))
-
-        def exceed(v: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-            width = np.maximum(hi - lo, cfg.floor_abs)
-            up, down = (v - hi) / width, (lo - v) / width
-            return np.where(direction == 0, np.maximum(up, down), np.where(direction > 0, up, down))
-
-        e_x = exceed(x, lo_x, hi_x)
-        e_fast = exceed(m_fast, np.where(first, x, self.lo_fast[ids]), np.where(first, x, self.hi_fast[ids]))
-        e_slow = exceed(m_slow, np.where(first, x, self.lo_slow[ids]), np.where(first, x, self.hi_slow[ids]))
-        # The surprise against the predictors, on a scale no finer than a fraction of the span seen.
-        nz = np.where(count >= cfg.novelty_z_from, zdir * (mad / np.maximum(mad, cfg.novelty_span_floor * span)), 0.0)
+        prev = self.means[ids]
+        means = np.where(count[:, None] == 0, x[:, None], prev + self._rates * (x[:, None] - prev))
+        feats = np.concatenate((x[:, None], means), axis=1)
+        started = count[:, None] > self._starts
+        lows = np.where(started, self.lows[ids], feats)
+        highs = np.where(started, self.highs[ids], feats)
+        width = np.maximum(highs - lows, cfg.floor_abs)
+        up, down = (feats - highs) / width, (lows - feats) / width
+        d = direction[:, None]
+        e = np.where(d == 0, np.maximum(up, down), np.where(d > 0, up, down)).max(axis=1)
+        # The surprise against the predictors, on a scale no finer than a fraction of the span seen
+        # (a series that sat still and then moved a hair is not a billion scales away).
+        nz = zdir * (mad / np.maximum(mad, cfg.novelty_span_floor * (highs[:, 0] - lows[:, 0])))
         peak = self.peak[ids]
-        e_z = np.where(peak > 0, (nz - peak) / np.maximum(peak, cfg.floor_abs), 0.0) * cfg.novelty_z_weight
-        self._parts = (e_x, e_fast, e_slow, e_z)
-        e = np.maximum(np.maximum(e_x, e_fast), np.maximum(e_slow, e_z))
+        e_z = np.where(peak > 0, (nz - peak) / np.maximum(peak, cfg.floor_abs), 0.0)
+        e = np.maximum(e, cfg.novelty_z_weight * e_z)
         e = np.where(count >= cfg.min_samples, np.clip(np.nan_to_num(e, nan=0.0, posinf=1e300), 0.0, None), 0.0)
-        self._e = e
-        if cfg.novelty_refractory > 0:
-            e = np.where(e > cfg.novelty_refractory_ratio * self.recent[ids] * self._rdecay, e, 0.0)
-        return e / (e + cfg.novelty_margin), nz, m_fast, m_slow
+        gated = np.where(e > self.recent[ids] * self._rdecay, e, 0.0)
+        return gated / (gated + cfg.novelty_margin), feats, nz, e
 
     def learn(self, ids: np.ndarray, x: np.ndarray, ev: RobustScores, mask: np.ndarray | None = None) -> None:
         """Advance the state of series ``ids`` with the rows evaluated in ``ev``.
@@ -226,7 +233,7 @@ class RobustScorer:
         episode), but they still count for warm-up and for the novelty memory.
         """
         cfg = self.config
-        self._learn_novelty(ids, x, ev)
+        self._learn_novelty(ids, ev)
         self.count[ids] = np.minimum(self.count[ids].astype(np.int64) + 1, 2**31 - 1)
         if mask is not None:
             if not mask.any():
@@ -260,26 +267,21 @@ class RobustScorer:
         # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
         self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, np.abs(r_s), 2.0 * np.abs(r_l)) - err_s)
 
-    def _learn_novelty(self, ids: np.ndarray, x: np.ndarray, ev: RobustScores) -> None:
+    def _learn_novelty(self, ids: np.ndarray, ev: RobustScores) -> None:
         """The remembered extremes follow every sample, anomalous or not: what was seen is not new."""
         cfg = self.config
-        count = self.count[ids]
-        keep = 1.0 - cfg.novelty_forget
-        # A mean's extremes are recorded once it has seen three times its memory (3 / rate samples):
-        # before, its first samples weigh too much and set extremes the series never had.
-        for name, v, start in (("x", x, 0), ("fast", ev._m_fast, 3.0 / cfg.novelty_fast),
-                               ("slow", ev._m_slow, 3.0 / cfg.novelty_slow)):
-            first = count <= start
-            lo = np.where(first, v, np.minimum(getattr(self, "lo_" + name)[ids], v))
-            hi = np.where(first, v, np.maximum(getattr(self, "hi_" + name)[ids], v))
-            if cfg.novelty_forget > 0:
-                mid = 0.5 * (lo + hi)
-                lo, hi = mid + keep * (lo - mid), mid + keep * (hi - mid)
-            getattr(self, "lo_" + name)[ids] = lo
-            getattr(self, "hi_" + name)[ids] = hi
-        self.m_fast[ids] = ev._m_fast
-        self.m_slow[ids] = ev._m_slow
-        self.peak[ids] = np.maximum(self.peak[ids] * keep, ev._nz)
+        feats = ev._feats
+        started = self.count[ids][:, None] > self._starts
+        lows = np.where(started, np.minimum(self.lows[ids], feats), feats)
+        highs = np.where(started, np.maximum(self.highs[ids], feats), feats)
+        if cfg.novelty_forget > 0:
+            mid = 0.5 * (lows + highs)
+            shrink = 0.5 * cfg.novelty_forget * (highs - lows)
+            lows, highs = np.minimum(lows + shrink, mid), np.maximum(highs - shrink, mid)
+        self.lows[ids] = lows
+        self.highs[ids] = highs
+        self.means[ids] = feats[:, 1:]
+        self.peak[ids] = np.maximum(self.peak[ids] * (1.0 - cfg.novelty_forget), ev._nz)
         self.recent[ids] = np.maximum(self.recent[ids] * self._rdecay, ev._e)
 
     def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -297,7 +299,7 @@ class RobustScorer:
     def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
         """State of the first ``n`` series (all by default) as named arrays."""
         n = len(self) if n is None else n
-        names = (*self._F64, "count", "direction", "profile")
+        names = self._STATE
         return {f"robust.{k}": getattr(self, k)[:n].copy() for k in names}
 
     def restore(self, data: dict[str, np.ndarray]) -> None:
@@ -306,12 +308,12 @@ class RobustScorer:
             raise ValueError("snapshot profile bins differ from the configured bins")
         if n:
             self.register(n - 1)
-        for k in (*self._F64, "count", "direction", "profile"):
+        for k in self._STATE:
             getattr(self, k)[:n] = data[f"robust.{k}"]
 
     @property
     def nbytes_per_series(self) -> float:
         """State bytes per registered series (allocated capacity counted as used)."""
-        names = (*self._F64, "count", "direction", "profile")
+        names = self._STATE
         cap = max(self.count.shape[0], 1)
         return sum(getattr(self, k).nbytes for k in names) / cap  # type: ignore[no-any-return]
