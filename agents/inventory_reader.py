@@ -19,7 +19,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
-from agents.kafka import client_kwargs
+from agents.kafka import client_kwargs, drain
 from models.inventory import inventory_adapter
 from models.settings import LockstepSettings
 from streams.inventory import InventoryIndex
@@ -82,18 +82,15 @@ class GlobalTopicReader:
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        end = await consumer.end_offsets(tps)
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while not await _caught_up(consumer, tps, end):
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"{self.topic} not loaded within {timeout_s}s")
-            await self._poll(500)
+        await drain(consumer, tps, timeout_s, self._apply_batches, max_records=5000)
         log.info("%s loaded: %d records (%d rejected)", self.topic, self.applied, self.rejected)
         return self.applied
 
     async def _poll(self, timeout_ms: int) -> None:
         assert self.consumer is not None
-        batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=5000)
+        await self._apply_batches(await self.consumer.getmany(timeout_ms=timeout_ms, max_records=5000))
+
+    async def _apply_batches(self, batches: dict[Any, list[Any]]) -> None:
         for tp, messages in batches.items():
             for msg in messages:
                 if msg.value is None:  # a tombstone: compaction deletes the key
@@ -136,13 +133,6 @@ class GlobalTopicReader:
                 await self._task
         if self.consumer is not None:
             await self.consumer.stop()
-
-
-async def _caught_up(consumer: Any, tps: list[Any], end: dict[Any, int]) -> bool:
-    for tp in tps:
-        if await consumer.position(tp) < end[tp]:
-            return False
-    return True
 
 
 class InventoryReader(GlobalTopicReader):

@@ -73,3 +73,38 @@ async def start_producer(settings: LockstepSettings, bootstrap: str, **extra: An
                                 max_request_size=8 * 1024 * 1024, **extra)
     await producer.start()
     return producer
+
+
+async def drain(consumer: Any, tps: list[Any], timeout_s: float, on_batch: Any, max_records: int | None = None) -> None:
+    """Read the assigned partitions ``tps`` to their end, handing each fetched batch to ``on_batch``
+    (a function of ``{TopicPartition: [records]}``; if it returns an awaitable, that is awaited).
+
+    "The end" is the end offsets at the start, confirmed by fetches that come back empty: some
+    Kafka-protocol brokers (Tansu) misreport the end offset of partitions written in batches, in either
+    direction, so an end offset alone would stop too early or wait forever. Raises ``TimeoutError``.
+    """
+    import asyncio
+    import inspect
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    end = await consumer.end_offsets(tps)
+    quiet = 0
+    while True:
+        batches = await consumer.getmany(timeout_ms=200, max_records=max_records)
+        if any(batches.values()):
+            quiet = 0
+            done = on_batch(batches)
+            if inspect.isawaitable(done):
+                await done
+        else:
+            quiet += 1
+        reached = True
+        for tp in tps:
+            if await consumer.position(tp) < end[tp]:
+                reached = False
+                break
+        if (reached and quiet >= 2) or quiet >= 25:  # 25 empty fetches: ~5 s with nothing new
+            return
+        if loop.time() > deadline:
+            raise TimeoutError(f"could not read {sorted({tp.topic for tp in tps})} to the end in {timeout_s:.0f}s")

@@ -38,7 +38,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from agents.kafka import client_kwargs, start_producer
+from agents.kafka import client_kwargs, drain, start_producer
 from agents.topics import CarrierTopic, TopicCatalogue, carrier_formats, create_topics
 from lockstep.broker import EmbeddedBroker
 from lockstep.worker import Worker
@@ -456,15 +456,13 @@ async def read_topic(settings: LockstepSettings, bootstrap: str, topic: str, tim
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        end = await consumer.end_offsets(tps)
         out: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while not await _caught_up(consumer, tps, end):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not read {topic} to its end")
-            batches = await consumer.getmany(timeout_ms=500)
+
+        def keep(batches: dict[Any, list[Any]]) -> None:
             for msgs in batches.values():
                 out.extend(orjson.loads(m.value) for m in msgs if m.value is not None)
+
+        await drain(consumer, tps, timeout_s, keep)
         return out
     finally:
         await consumer.stop()
@@ -483,10 +481,3 @@ def write_simulation(path: Path, scenario: str, seed: int = 7, start_ts: float |
                 fh.write(orjson.dumps(item) + b"\n")
                 n += 1
     return n
-
-
-async def _caught_up(consumer: Any, tps: list[Any], end: dict[Any, int]) -> bool:
-    for tp in tps:
-        if await consumer.position(tp) < end[tp]:
-            return False
-    return True

@@ -47,6 +47,9 @@ from streams.series import grow
 MAD_TO_SD = 1.2533141373155001
 #: Direction codes: which sign of the residual is bad.
 UP, DOWN, BOTH = 1, -1, 0
+#: Columns of :attr:`RobustScorer.novel`.
+MEANS, LOWS, HIGHS, PEAK, RECENT = slice(0, 2), slice(2, 5), slice(5, 8), 8, 9
+NOVEL_COLUMNS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,7 @@ def calibrate(z: np.ndarray, z_threshold: float) -> np.ndarray:
     >>> calibrate(np.array([-1.0, 0.0, 6.0, 18.0]), 6.0).tolist()
     [0.0, 0.0, 0.5, 0.75]
     """
-    zp = np.maximum(np.nan_to_num(z, nan=0.0, posinf=1e300), 0.0)
+    zp = np.minimum(np.fmax(z, 0.0), 1e300)  # NaN and negatives to 0, +inf to a finite cap
     return zp / (zp + z_threshold)  # type: ignore[no-any-return]
 
 
@@ -117,18 +120,20 @@ class RobustScores:
     _has_season: np.ndarray
     _floor: np.ndarray
     _zdir: np.ndarray
-    _feats: np.ndarray  # (rows, 3): the value, its fast and its slow mean
-    _nz: np.ndarray  # the surprise behind novelty
-    _e: np.ndarray  # novelty's exceedance before the refractory gate
+    _novel: np.ndarray  # (rows, NOVEL_COLUMNS): the novelty state after this row (see RobustScorer.novel)
 
 
 class RobustScorer:
     """Robust seasonal z-scores for many series; see the module docstring."""
 
-    _F64 = ("level", "mad_level", "err_level", "mad_season", "err_season", "peak", "recent")
-    #: Per-series 2-D state: the fast and slow means, the remembered lows and highs of (value, fast, slow).
-    _NOVEL = ("means", "lows", "highs")
-    _STATE = (*_F64, *_NOVEL, "count", "direction", "profile")
+    _F64 = ("level", "mad_level", "err_level", "mad_season", "err_season")
+    #: Per-series float state (one entry per series; see the module docstring).
+    level: np.ndarray
+    mad_level: np.ndarray
+    err_level: np.ndarray
+    mad_season: np.ndarray
+    err_season: np.ndarray
+    _STATE = (*_F64, "novel", "count", "direction", "profile")
 
     def __init__(self, config: RobustConfig | None = None) -> None:
         self.config = config or RobustConfig()
@@ -141,9 +146,10 @@ class RobustScorer:
         self._starts = np.array([0.0, 3.0 / cfg.novelty_fast, 3.0 / cfg.novelty_slow])
         for name in self._F64:
             setattr(self, name, np.zeros(0))
-        self.means = np.zeros((0, 2))
-        self.lows = np.zeros((0, 3))
-        self.highs = np.zeros((0, 3))
+        #: Novelty state, one row per series (one array: one gather and one scatter per call):
+        #: the fast and slow means, the remembered lows and highs of (value, fast mean, slow mean),
+        #: the largest surprise and the largest recent novelty exceedance.
+        self.novel = np.zeros((0, NOVEL_COLUMNS))
         self.count = np.zeros(0, dtype=np.int32)
         self.direction = np.zeros(0, dtype=np.int8)
         self.profile = np.full((0, max(cfg.bins, 1)), np.nan, dtype=np.float32)
@@ -155,7 +161,7 @@ class RobustScorer:
         """Declare series ``sid`` (dense ids; storage grows by doubling) and its bad direction."""
         size = sid + 1
         if size > self.count.shape[0]:
-            for name in (*self._F64, *self._NOVEL):
+            for name in (*self._F64, "novel"):
                 setattr(self, name, grow(getattr(self, name), size, 0.0))
             self.count = grow(self.count, size, 0)
             self.direction = grow(self.direction, size, 0)
@@ -194,37 +200,51 @@ class RobustScorer:
             zdir = np.where(np.abs(r) < cfg.min_relative_change * np.abs(expected), 0.0, zdir)
         warm = count >= cfg.min_samples
         zdir = np.where(warm, zdir, 0.0)
-        novelty, feats, nz, e = self._novelty(ids, x, count, mad, direction, zdir)
+        novelty, novel = self._novelty(ids, x, count, mad, direction, zdir)
         return RobustScores(
             score=calibrate(zdir, cfg.z_threshold), novelty=novelty, z=zdir,
             expected=np.where(use_season, prof, lvl),
             scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
-            _has_season=has_season, _floor=floor, _zdir=zdir, _feats=feats, _nz=nz, _e=e,
+            _has_season=has_season, _floor=floor, _zdir=zdir, _novel=novel,
         )
 
     def _novelty(self, ids: np.ndarray, x: np.ndarray, count: np.ndarray, mad: np.ndarray,
-                 direction: np.ndarray, zdir: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Novelty of each row: how far it leaves what its series has done before (module docstring)."""
+                 direction: np.ndarray, zdir: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Novelty of each row (module docstring) and the novelty state once the row is learnt."""
         cfg = self.config
-        prev = self.means[ids]
-        means = np.where(count[:, None] == 0, x[:, None], prev + self._rates * (x[:, None] - prev))
-        feats = np.concatenate((x[:, None], means), axis=1)
+        st = self.novel[ids]
+        xc = x[:, None]
+        prev = st[:, MEANS]
+        means = np.where(count[:, None] == 0, xc, prev + self._rates * (xc - prev))
+        feats = np.concatenate((xc, means), axis=1)
         started = count[:, None] > self._starts
-        lows = np.where(started, self.lows[ids], feats)
-        highs = np.where(started, self.highs[ids], feats)
+        lows = np.where(started, st[:, LOWS], feats)
+        highs = np.where(started, st[:, HIGHS], feats)
         width = np.maximum(highs - lows, cfg.floor_abs)
         up, down = (feats - highs) / width, (lows - feats) / width
         d = direction[:, None]
-        e = np.where(d == 0, np.maximum(up, down), np.where(d > 0, up, down)).max(axis=1)
+        e = np.where(d > 0, up, np.where(d < 0, down, np.maximum(up, down))).max(axis=1)
         # The surprise against the predictors, on a scale no finer than a fraction of the span seen
         # (a series that sat still and then moved a hair is not a billion scales away).
         nz = zdir * (mad / np.maximum(mad, cfg.novelty_span_floor * (highs[:, 0] - lows[:, 0])))
-        peak = self.peak[ids]
+        peak = st[:, PEAK]
         e_z = np.where(peak > 0, (nz - peak) / np.maximum(peak, cfg.floor_abs), 0.0)
-        e = np.maximum(e, cfg.novelty_z_weight * e_z)
-        e = np.where(count >= cfg.min_samples, np.clip(np.nan_to_num(e, nan=0.0, posinf=1e300), 0.0, None), 0.0)
-        gated = np.where(e > self.recent[ids] * self._rdecay, e, 0.0)
-        return gated / (gated + cfg.novelty_margin), feats, nz, e
+        # fmax turns NaN (absurd input) into 0; the cap keeps e / (e + margin) finite.
+        e = np.minimum(np.fmax(np.maximum(e, cfg.novelty_z_weight * e_z), 0.0), 1e300) * (count >= cfg.min_samples)
+        gated = np.where(e > st[:, RECENT] * self._rdecay, e, 0.0)
+        # The state after this row: extremes widened by it, then forgetting a little.
+        out = np.empty_like(st)
+        out[:, MEANS] = means
+        lows, highs = np.minimum(lows, feats), np.maximum(highs, feats)
+        if cfg.novelty_forget > 0:
+            mid = 0.5 * (lows + highs)
+            shrink = 0.5 * cfg.novelty_forget * (highs - lows)
+            lows, highs = np.minimum(lows + shrink, mid), np.maximum(highs - shrink, mid)
+        out[:, LOWS] = lows
+        out[:, HIGHS] = highs
+        out[:, PEAK] = np.maximum(peak * (1.0 - cfg.novelty_forget), nz)
+        out[:, RECENT] = np.maximum(st[:, RECENT] * self._rdecay, e)
+        return gated / (gated + cfg.novelty_margin), out
 
     def learn(self, ids: np.ndarray, x: np.ndarray, ev: RobustScores, mask: np.ndarray | None = None) -> None:
         """Advance the state of series ``ids`` with the rows evaluated in ``ev``.
@@ -233,7 +253,8 @@ class RobustScorer:
         episode), but they still count for warm-up and for the novelty memory.
         """
         cfg = self.config
-        self._learn_novelty(ids, ev)
+        # What was seen is not new: the novelty state follows every row, anomalous or not.
+        self.novel[ids] = ev._novel
         self.count[ids] = np.minimum(self.count[ids].astype(np.int64) + 1, 2**31 - 1)
         if mask is not None:
             if not mask.any():
@@ -266,23 +287,6 @@ class RobustScorer:
         err_s = self.err_season[ids]
         # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
         self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, np.abs(r_s), 2.0 * np.abs(r_l)) - err_s)
-
-    def _learn_novelty(self, ids: np.ndarray, ev: RobustScores) -> None:
-        """The remembered extremes follow every sample, anomalous or not: what was seen is not new."""
-        cfg = self.config
-        feats = ev._feats
-        started = self.count[ids][:, None] > self._starts
-        lows = np.where(started, np.minimum(self.lows[ids], feats), feats)
-        highs = np.where(started, np.maximum(self.highs[ids], feats), feats)
-        if cfg.novelty_forget > 0:
-            mid = 0.5 * (lows + highs)
-            shrink = 0.5 * cfg.novelty_forget * (highs - lows)
-            lows, highs = np.minimum(lows + shrink, mid), np.maximum(highs - shrink, mid)
-        self.lows[ids] = lows
-        self.highs[ids] = highs
-        self.means[ids] = feats[:, 1:]
-        self.peak[ids] = np.maximum(self.peak[ids] * (1.0 - cfg.novelty_forget), ev._nz)
-        self.recent[ids] = np.maximum(self.recent[ids] * self._rdecay, ev._e)
 
     def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Score then learn (the :class:`streams.scorers.base.Scorer` contract); returns ``score``."""
