@@ -209,6 +209,14 @@ SCENARIOS: dict[str, Scenario] = {
                 Fault("step", F + 3, F_END + 2, factor=1.9, job="train-a")),
         expect="job_slowdown for train-a: compute, gpu005 GPU 3 (XID)",
     ),
+    "straggler": Scenario(
+        "straggler",
+        "gpu006's rank of train-a computes 45% slower than its 7 peers (a throttled GPU, a busy host) for "
+        "40 s; network, storage and the other ranks stay healthy",
+        duration=LAB_DURATION, cluster=LAB,
+        faults=(Fault("step", F, F_END, factor=1.45, node="gpu006"),),
+        expect="a straggler alert for train-a naming gpu006 (rank 40), resolved after the fault",
+    ),
     "healthy": Scenario("healthy", "a healthy cluster; no alert", duration=160.0, expect="no alert"),
     "healthy-churn": Scenario(
         "healthy-churn",

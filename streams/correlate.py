@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from models.alerts import Alert
-from models.timeutil import format_ts
+from models.timeutil import format_ts, parse_ts
 from streams.contention import advice, find_contention, overlap_end
 from streams.inventory import InventoryIndex
 from streams.rules import Rules, default_rules
@@ -215,6 +216,11 @@ class Correlator:
         self.open_alerts: dict[str, dict[str, Any]] = {}
         #: sources with a clock beyond tolerance: the layers showing it, and their alert
         self.clock_open: dict[str, dict[str, Any]] = {}
+        #: Called with each new watermark before the jobs are judged at it (the owner advances what
+        #: else it keeps on the same watermark, e.g. peer comparison, so verdicts can use it).
+        self.on_watermark: Callable[[float, CorrelatorOutput], None] | None = None
+        #: dedup key -> the firing straggler alert (see :meth:`on_peer_events`).
+        self.straggler_open: dict[str, dict[str, Any]] = {}
         self.expected = expected_origins
         self.origin_wm: dict[str, float] = {}
         self.origin_seen: dict[str, float] = {}
@@ -302,6 +308,108 @@ class Correlator:
             "details": {"offset_s": round(offset, 3), "uncertainty_s": round(unc, 3)},
         }).model_dump(mode="json")
 
+    # -- stragglers ------------------------------------------------------------------------------------
+    def on_peer_events(self, events: list[Any], out: CorrelatorOutput) -> None:
+        """Straggler transitions (:class:`streams.lanes.PeerEvent`) into ``straggler`` alerts.
+
+        One alert per (job, lane, worker) episode: firing when the worker is confirmed a straggler
+        (``started_at`` = its first outlying step), resolved with the same identity when it is back
+        among its peers or its job stops sending per-worker values.
+        """
+        for ev in events:
+            tr = ev.transition
+            dkey = f"straggler/{tr.job_id}/{ev.lane}/{tr.worker}"
+            if tr.phase == "start":
+                if dkey not in self.straggler_open:
+                    alert = self._straggler_alert(ev)
+                    self.straggler_open[dkey] = alert
+                    self._emit(alert, tr.step, out)
+                    self._explain_with_straggler(tr.job_id, out)
+                continue
+            firing = self.straggler_open.pop(dkey, None)
+            if firing is None:
+                continue
+            ended = tr.onset_step
+            details = dict(firing["details"], end_reason=tr.reason)
+            if tr.reason == "no_data":
+                summary = f"{firing['summary']}; no per-worker values since {format_ts(ended)[11:19]}"
+            else:
+                details.update(final_ratio=round(tr.ratio, 3))
+                summary = f"{tr.worker} of {tr.job_id} back among its peers since {format_ts(ended)[11:19]}"
+            done = dict(firing, status="resolved", resolved_at=format_ts(ended), details=details, summary=summary)
+            self._emit(Alert.model_validate(done).model_dump(mode="json"), tr.step, out)
+
+    def _straggler_for(self, job_id: str, onset: float) -> dict[str, Any] | None:
+        """The firing straggler alert of ``job_id`` that began around ``onset`` (from ``lookback_s``
+        before to ``grace_s`` after it), the earliest if several."""
+        cfg = self.config
+        found = [a for a in self.straggler_open.values() if a["job_id"] == job_id
+                 and onset - cfg.lookback_s <= parse_ts(a["started_at"]) <= onset + cfg.grace_s]
+        return min(found, key=lambda a: (a["started_at"], a["dedup_key"])) if found else None
+
+    def _explain_with_straggler(self, job_id: str, out: CorrelatorOutput) -> None:
+        """A job slowdown with no first mover, then a straggler confirmed around its onset: the
+        straggler becomes its root cause (the alert is revised, same id and dedup key)."""
+        job = self.jobs.get(job_id)
+        inc = job.incident if job is not None else None
+        if inc is None or inc.resolved or inc.alert["root_cause"].get("source") is not None:
+            return
+        straggler = self._straggler_for(job_id, inc.onset)
+        if straggler is None:
+            return
+        rec, domain, reason = _straggler_root(straggler)
+        revised = dict(inc.alert)
+        revised["root_cause"] = {"domain": domain, "layer": rec["layer"], "source": rec["source"],
+                                 "labels": dict(rec["labels"]), "metric": rec["metric"],
+                                 "first_seen": format_ts(rec["ts"]), "meaning": rec["meaning"],
+                                 "reason": reason + " (revised: the straggler was confirmed after the verdict)"}
+        revised["details"] = dict(revised.get("details") or {}, straggler_alert=straggler["alert_id"],
+                                  revised_from={"domain": "unknown"})
+        revised["labels"] = dict(revised.get("labels") or {}, domain=domain)
+        revised["summary"] = (revised["summary"].replace("; no component moved first (domain unknown)", "")
+                              + f"; {domain}: straggler {straggler['details']['worker']} "
+                              f"(x{straggler['details']['ratio_to_median']:.2f} its peers) since "
+                              f"{straggler['started_at'][11:19]}")
+        inc.alert = self._emit(Alert.model_validate(revised).model_dump(mode="json"),
+                               parse_ts(straggler["detected_at"]), out)
+
+    def _straggler_alert(self, ev: Any) -> dict[str, Any]:
+        tr = ev.transition
+        node, _, rank = tr.worker.partition("/rank")
+        info = self.inventory.job(tr.job_id, tr.onset_step)
+        gpus = info.gpus if info else 0
+        dkey = f"straggler/{tr.job_id}/{ev.lane}/{tr.worker}"
+        slower = tr.ratio / tr.usual if tr.usual > 0 else math.nan
+        why = (f"{(tr.ratio - 1) * 100:.0f}% slower than the job's median worker" if tr.reason == "gross" else
+               f"{(tr.ratio - tr.usual) * 100:.0f} points slower than its own usual ratio ({tr.usual:.2f}) "
+               "while its peers stayed put")
+        job_text = f"{tr.job_id} ({gpus} GPUs)" if gpus else tr.job_id
+        summary = (f"straggler in {job_text}: {tr.worker}'s {ev.lane.replace('_', ' ')} is x{tr.ratio:.2f} the "
+                   f"median of its {ev.workers - 1} peers since {format_ts(tr.onset_step)[11:19]} ({why}); "
+                   "in synchronous training every rank waits for it: look at that node's GPUs, host and NIC")
+        # The whole job runs at the straggler's pace: weigh it like a slowdown of that size.
+        cfg = self.config
+        severity = "warning"
+        if gpus >= cfg.critical_gpus and tr.ratio >= 1.5:
+            severity = "critical"
+        elif gpus >= cfg.critical_gpus // 4 or tr.ratio >= 1.5:
+            severity = "error"
+        return Alert.model_validate({
+            "alert_id": alert_id_for(dkey, tr.onset_step), "dedup_key": dkey, "type": "straggler",
+            "status": "firing", "severity": severity, "job_id": tr.job_id, "gpus": gpus,
+            "nodes": [node], "started_at": format_ts(tr.onset_step), "detected_at": format_ts(tr.step),
+            "symptom": {"layer": "step", "metric": ev.lane, "baseline": round(tr.usual, 4),
+                        "value": round(tr.ratio, 4), "ratio": round(slower, 4) if math.isfinite(slower) else 0.0,
+                        "onset": format_ts(tr.onset_step)},
+            "root_cause": {"domain": "compute", "layer": "step", "source": node,
+                           "labels": {"rank": rank} if rank else {}, "metric": ev.lane,
+                           "first_seen": format_ts(tr.onset_step), "meaning": "straggler", "reason": why},
+            "timeline": [], "other_jobs": [], "summary": summary,
+            "labels": {"alertname": "straggler", "job_id": tr.job_id, "worker": tr.worker, "lane": ev.lane},
+            "details": {"worker": tr.worker, "ratio_to_median": round(tr.ratio, 4),
+                        "usual_ratio": round(tr.usual, 4), "rule": tr.reason, "workers_compared": ev.workers},
+        }).model_dump(mode="json")
+
     def tick(self, now_wall: float) -> CorrelatorOutput:
         """Re-evaluate the watermark (idle inputs drop out as wall time passes)."""
         out = CorrelatorOutput()
@@ -375,6 +483,8 @@ class Correlator:
             return
         self.watermark = wm
         self._dirty.clear()
+        if self.on_watermark is not None:
+            self.on_watermark(wm, out)
         for job_id in sorted(self.jobs):
             self._evaluate(self.jobs[job_id], wm, out)
             self._evaluate_contention(self.jobs[job_id], wm, out)
@@ -628,7 +738,12 @@ class Correlator:
                   and (e.end_ts is None or e.end_ts >= onset - cfg.grace_s)]
         first = first_mover(causes)
         domain, reason = self._domain(job.job_id, first, causes, onset)
-        root_rec = first.start if first is not None and domain != "unknown" else (first.start if first else None)
+        root_rec = first.start if first is not None else None
+        if root_rec is None:
+            # No component moved first; a worker that lags its peers since about the onset is the lead.
+            straggler = self._straggler_for(job.job_id, onset)
+            if straggler is not None:
+                root_rec, domain, reason = _straggler_root(straggler)
         info = self.inventory.job(job.job_id, onset) or self.inventory.job(job.job_id)
         gpus = info.gpus if info else 0
         hosts = {e.start["source"] for e in window if e.start["layer"] not in ("switch", "storage")}
@@ -811,6 +926,7 @@ class Correlator:
             "origin_wm": self.origin_wm, "eos": sorted(self.eos), "watermark": _num(self.watermark),
             "max_event_ts": _num(self.max_event_ts), "late_count": self.late_count,
             "open_alerts": self.open_alerts, "clock_open": self.clock_open,
+            "straggler_open": self.straggler_open,
             "jobs": {
                 jid: {
                     "closed_until": _num(job.closed_until),
@@ -835,6 +951,7 @@ class Correlator:
         self.late_count = int(data["late_count"])
         self.open_alerts = dict(data.get("open_alerts", {}))
         self.clock_open = dict(data.get("clock_open", {}))
+        self.straggler_open = dict(data.get("straggler_open", {}))
         self.jobs = {}
         for jid, jd in data["jobs"].items():
             job = JobTimeline(jid, closed_until=_unnum(jd["closed_until"]))
@@ -849,6 +966,17 @@ class Correlator:
             job.fired = list(jd.get("fired", []))
             job.gpu_closed_until = _unnum(jd.get("gpu_closed_until", "-inf"))
             self.jobs[jid] = job
+
+
+def _straggler_root(alert: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
+    """A straggler alert as a job slowdown's first mover: (root record, domain, reason)."""
+    rc, d = alert["root_cause"], alert["details"]
+    rec = {"layer": rc["layer"], "source": rc["source"], "labels": dict(rc["labels"]), "metric": rc["metric"],
+           "ts": parse_ts(alert["started_at"]), "meaning": "straggler"}
+    reason = (f"no component moved first, but {d['worker']} lags its {d['workers_compared'] - 1} peers "
+              f"(x{d['ratio_to_median']:.2f} their median step) since {alert['started_at'][11:19]}: the job "
+              "waits for it")
+    return rec, "compute", reason
 
 
 def _labels_text(labels: dict[str, str]) -> str:

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.correlate import Correlator, CorrelatorConfig
+from streams.correlate import Correlator, CorrelatorConfig, CorrelatorOutput
 from streams.inventory import InventoryIndex
 from streams.lanes import JobSignals, SignalsConfig
 from streams.rules import Rules
@@ -35,6 +35,11 @@ class JobPartition:
                  rules: Rules | None = None) -> None:
         self.correlator = Correlator(config, inventory, expected_origins, rules)
         self.signals = JobSignals(signals or SignalsConfig(allowed_lateness_s=config.allowed_lateness_s))
+        # The signals advance on each new watermark *before* the jobs are judged at it, so a straggler
+        # confirmed by then is known to the verdict however far the watermark jumped.
+        self.correlator.on_watermark = self._on_watermark
+        self._timelines: list[dict[str, Any]] = []
+        self._stats: list[dict[str, Any]] = []
         self.last_offset: int | None = None
         self.last_record_ts: float | None = None
 
@@ -50,7 +55,6 @@ class JobPartition:
             self.last_record_ts = record_ts
         res = PartitionResult()
         kind = rec.get("type")
-        before = self.correlator.watermark
         if kind == "points":
             self.signals.add(rec)
         elif kind == "annotation":
@@ -60,29 +64,33 @@ class JobPartition:
             res.stats += self.signals.annotation_effects(self.correlator.watermark)
         elif kind in ("anomaly", "watermark", "clock"):
             out = self.correlator.on_record(rec, now_wall)
-            res.alerts, res.late, res.finished = out.alerts, out.late, out.finished
-            res.inhibited = out.inhibited
-            # Snapshot when an alert went out (restart must not repeat it); other records are replayed
-            # from the snapshot's offset after a restart (see agents.app correlator_resume).
-            res.changed = bool(out.alerts)
+            self._collect(out, res)
         else:
             raise ValueError(f"unknown record type {str(kind)[:40]!r}")
-        self._advance(before, res)
         return res
 
     def tick(self, now_wall: float) -> PartitionResult:
         res = PartitionResult()
-        before = self.correlator.watermark
-        out = self.correlator.tick(now_wall)
-        res.alerts = out.alerts
-        self._advance(before, res)
+        self._collect(self.correlator.tick(now_wall), res)
         return res
 
-    def _advance(self, before: float, res: PartitionResult) -> None:
-        wm = self.correlator.watermark
-        if wm > before or (res.finished and math.isinf(wm)):
-            res.timelines, res.stats = self.signals.advance(wm)
-            res.changed = res.changed or bool(res.stats)
+    def _on_watermark(self, wm: float, out: CorrelatorOutput) -> None:
+        timelines, stats = self.signals.advance(wm)
+        self._timelines += timelines
+        self._stats += stats
+        if self.signals.peer_events:
+            events, self.signals.peer_events = self.signals.peer_events, []
+            self.correlator.on_peer_events(events, out)
+
+    def _collect(self, out: CorrelatorOutput, res: PartitionResult) -> None:
+        if out.finished and math.isinf(self.correlator.watermark) and not self._timelines and self.signals.pending:
+            self._on_watermark(self.correlator.watermark, out)  # end of input: flush what is left
+        res.alerts, res.late, res.finished, res.inhibited = out.alerts, out.late, out.finished, out.inhibited
+        res.timelines, self._timelines = self._timelines, []
+        res.stats, self._stats = [*res.stats, *self._stats], []
+        # Snapshot when an alert or stats went out (a restart must not repeat them); other records are
+        # replayed from the snapshot's offset after a restart (see agents.app correlator_resume).
+        res.changed = res.changed or bool(res.alerts) or bool(res.stats)
 
     def snapshot(self) -> bytes:
         arrays, stats_meta = self.signals.stats.snapshot()

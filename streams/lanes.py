@@ -8,7 +8,11 @@ sees all of its signals. There :class:`JobSignals` folds them into
 - per-second lane aggregates (count, p50, p99, min, max across the job's entities), emitted once the
   watermark has passed the second: the ``timelines`` topic, which the timeline page draws;
 - per-job percentile summaries at a fixed cadence (:mod:`streams.stats`): the ``stats`` topic;
-- a short history of step times, for before/after comparisons around operator annotations.
+- a short history of step times, for before/after comparisons around operator annotations;
+- peer comparison of the workers of each job (:mod:`streams.peers`): the per-worker values of the
+  :data:`PEER_LANES` (a ``points`` record's ``workers``) are bucketed by event time, each worker's
+  median per bucket is one "step", and a worker that persistently lags its peers becomes a
+  straggler (:class:`PeerEvent`, turned into ``straggler`` alerts by the correlator).
 
 Nothing here reads the clock; the watermark is an argument.
 """
@@ -22,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from streams.peers import PeerComparator, PeerConfig, StragglerTransition
 from streams.stats import JobStatsSummariser, StatsConfig
 
 #: Lane of a (layer, meaning); signals outside this table are not forwarded.
@@ -43,6 +48,9 @@ LANES: dict[tuple[str, str], str] = {
     ("step", "loader_wait"): "loader_wait",
     ("step", "step_time"): "step_time",
 }
+
+#: Lanes whose values are also forwarded per worker and compared across the job's workers.
+PEER_LANES: tuple[str, ...] = ("step_time",)
 
 #: Lanes summarised on the ``stats`` topic, and their summary names (see :mod:`streams.stats`).
 LANE_STATS = {"step_time": "step_time", "collective_time": "collective_time", "storage_latency": "storage_latency",
@@ -68,6 +76,22 @@ class SignalsConfig:
     #: Step time is compared over this long before and after an operator annotation.
     annotation_window_s: float = 300.0
     stats: StatsConfig = field(default_factory=StatsConfig)
+    #: Peer comparison: event-time bucket (one comparison step; each worker's median inside it) ...
+    peer_bucket_s: float = 5.0
+    #: ... the straggler rule (steps counted in buckets) ...
+    peers: PeerConfig = field(default_factory=PeerConfig)
+    #: ... and how long a job may send no per-worker values before its peer state is dropped
+    #: (its stragglers end with reason ``no_data``).
+    peer_idle_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class PeerEvent:
+    """A straggler transition of one lane of one job (``step``: the bucket start it was decided at)."""
+
+    lane: str
+    workers: int  # workers compared in the deciding bucket
+    transition: StragglerTransition
 
 
 class JobSignals:
@@ -81,6 +105,13 @@ class JobSignals:
         self.step_history: dict[str, deque[tuple[float, float, float]]] = {}
         self.late_points = 0
         self.annotations: list[dict[str, Any]] = []
+        #: (job, lane, bucket start) -> worker -> values, for buckets not yet compared.
+        self.peer_pending: dict[tuple[str, str, float], dict[str, list[float]]] = {}
+        self.peer_done_until = -math.inf  # buckets ending at or before this were compared
+        self.peer_last: dict[str, float] = {}  # job -> last bucket start with per-worker values
+        self.peers = {lane: PeerComparator(self.config.peers) for lane in PEER_LANES}
+        #: Straggler transitions found by :meth:`advance`, for the caller to take (and clear).
+        self.peer_events: list[PeerEvent] = []
 
     def annotate(self, rec: dict[str, Any]) -> None:
         """An operator change (``annotation`` record): its before/after is reported once the window has passed."""
@@ -121,6 +152,43 @@ class JobSignals:
                     self.late_points += 1
                     continue
                 self.pending[(job, sec)][lane].append(float(value))
+        workers = rec.get("workers")
+        if workers:
+            size = self.config.peer_bucket_s
+            for lane, wpoints in workers.items():
+                if lane not in self.peers:
+                    continue
+                for ts, value, worker in wpoints:
+                    b = math.floor(ts / size) * size
+                    if b + size <= self.peer_done_until:
+                        continue  # its bucket was compared already (counted as a late lane point above)
+                    self.peer_pending.setdefault((job, lane, b), {}).setdefault(str(worker), []).append(float(value))
+
+    def _compare_peers(self, upto: float, final: bool) -> None:
+        """Compare the workers of every bucket complete at second ``upto`` (all of them if ``final``)."""
+        size = self.config.peer_bucket_s
+        done = [k for k in self.peer_pending if final or k[2] + size <= upto + 1]
+        for key in sorted(done, key=lambda k: (k[2], k[0], k[1])):
+            job, lane, b = key
+            per_worker = self.peer_pending.pop(key)
+            names = sorted(per_worker)
+            values = [float(np.median(per_worker[w])) for w in names]
+            for tr in self.peers[lane].update(job, b, names, values):
+                self.peer_events.append(PeerEvent(lane, len(names), tr))
+            self.peer_last[job] = max(self.peer_last.get(job, -math.inf), b)
+            self.peer_done_until = max(self.peer_done_until, b + size)
+        if not final:
+            self.peer_done_until = max(self.peer_done_until, math.floor((upto + 1) / size) * size)
+            for job in [j for j, last in self.peer_last.items() if last + size + self.config.peer_idle_s <= upto]:
+                self._forget_peers(job, self.peer_last.pop(job) + size)
+
+    def _forget_peers(self, job: str, ts: float) -> None:
+        """A job sent no per-worker values for ``peer_idle_s``: its stragglers end, its state goes."""
+        for lane, pc in self.peers.items():
+            for worker in pc.stragglers(job):
+                self.peer_events.append(PeerEvent(lane, 0, StragglerTransition(
+                    job, worker, "end", ts, ts, math.nan, math.nan, "no_data")))
+            pc.forget(job)
 
     def advance(self, watermark: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Lane records for every second now complete, and stats records for passed cadence boundaries."""
@@ -155,6 +223,7 @@ class JobSignals:
                     hist.popleft()
         if upto > self.emitted_until:
             self.emitted_until = float(upto)
+        self._compare_peers(float(upto), final=not math.isfinite(watermark))
         # Stats see each completed second once, in one sketch update (values carry their second's time).
         self.stats.add_batch(stat_keys, stat_ts, stat_values)
         stats = self.stats.advance(watermark) if math.isfinite(watermark) else []
@@ -173,6 +242,10 @@ class JobSignals:
             "emitted_until": self.emitted_until if math.isfinite(self.emitted_until) else None,
             "step_history": {job: list(h) for job, h in self.step_history.items()},
             "annotations": self.annotations,
+            "peer_pending": [[job, lane, b, workers] for (job, lane, b), workers in self.peer_pending.items()],
+            "peer_done_until": self.peer_done_until if math.isfinite(self.peer_done_until) else None,
+            "peer_last": self.peer_last,
+            "peers": {lane: pc.snapshot() for lane, pc in self.peers.items()},
         }
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -184,3 +257,11 @@ class JobSignals:
         self.emitted_until = -math.inf if eu is None else float(eu)
         self.step_history = {job: deque(tuple(x) for x in h) for job, h in data["step_history"].items()}
         self.annotations = list(data.get("annotations", []))
+        self.peer_pending = {(job, lane, float(b)): {w: list(v) for w, v in workers.items()}
+                             for job, lane, b, workers in data.get("peer_pending", [])}
+        pdu = data.get("peer_done_until")
+        self.peer_done_until = -math.inf if pdu is None else float(pdu)
+        self.peer_last = {job: float(t) for job, t in data.get("peer_last", {}).items()}
+        for lane, pc in self.peers.items():
+            pc.restore(data.get("peers", {}).get(lane, {}))
+        self.peer_events = []

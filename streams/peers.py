@@ -34,6 +34,7 @@ with :meth:`PeerComparator.snapshot` / :meth:`PeerComparator.restore`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,8 +81,9 @@ class _Job:
     state: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
     run: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     run_step: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    lead: np.ndarray = field(default_factory=lambda: np.zeros(0))  # first step of the current raw run; NaN: none
 
-    _ARRAYS = ("smooth", "base", "count", "state", "run", "run_step")
+    _ARRAYS = ("smooth", "base", "count", "state", "run", "run_step", "lead")
 
     def ensure(self, workers: list[str]) -> np.ndarray:
         idx = np.empty(len(workers), dtype=np.int64)
@@ -136,12 +138,18 @@ class PeerComparator:
         change = (warm & (excess >= cfg.change * margin) & (ratio - base >= cfg.change * margin)
                   & (z >= cfg.z_min * margin))
         out_now = gross | change
+        # The raw ratio alone (no smoothing): where the current uninterrupted run of outlying steps
+        # began. The smoothed ratio confirms a run a few steps late; its onset is this earlier step.
+        raw_out = (ratio >= 1.0 + cfg.gross * margin) | (warm & (ratio - base >= cfg.change * margin))
+        lead_prev = job.lead[idx]
+        lead = np.where(raw_out, np.where(np.isnan(lead_prev) | (count == 0), step, lead_prev), np.nan)
         run = job.run[idx]
         disagree = np.where(flagged, ~out_now, out_now)
         new_run = np.where(disagree, run + 1, 0)
         run_step = np.where(disagree & (run == 0), step, job.run_step[idx])
         start = ~flagged & (new_run >= cfg.confirm)
         end = flagged & (new_run >= cfg.clear)
+        run_step = np.where(start & ~flagged & (lead < run_step), lead, run_step)
         # Learn the usual ratio only from normal, unflagged steps within the plausible band.
         learn = ~flagged & ~out_now & (np.abs(ratio - 1.0) < cfg.gross)
         base = np.where(learn, base + cfg.base_alpha * (ratio - base), base)
@@ -151,6 +159,7 @@ class PeerComparator:
         job.state[idx] = np.where(start, 1, np.where(end, 0, state))
         job.run[idx] = np.where(start | end, 0, new_run)
         job.run_step[idx] = run_step
+        job.lead[idx] = lead
         out: list[StragglerTransition] = []
         for k in np.flatnonzero(start | end):
             out.append(StragglerTransition(
@@ -176,6 +185,6 @@ class PeerComparator:
         self.jobs = {}
         for jid, d in data.items():
             j = _Job(names=list(d["names"]), index={n: i for i, n in enumerate(d["names"])})
-            for k in _Job._ARRAYS:
-                setattr(j, k, np.asarray(d[k], dtype=getattr(j, k).dtype))
+            for k in _Job._ARRAYS:  # snapshots from before ``lead`` existed: no raw run known
+                setattr(j, k, np.asarray(d.get(k, [math.nan] * len(j.names)), dtype=getattr(j, k).dtype))
             self.jobs[jid] = j

@@ -30,7 +30,7 @@ from streams.clocks import ClockConfig, ClockTracker
 from streams.detect import DetectorBank, DetectorConfig
 from streams.ingest import Rejection, decode_records, validate_record
 from streams.inventory import InventoryIndex
-from streams.lanes import LANES
+from streams.lanes import LANES, PEER_LANES
 from streams.rates import CounterRates
 from streams.series import LAYER_NAMES, SeriesRegistry, grow, occurrence_rounds
 from streams.snapshot import pack, unpack
@@ -44,6 +44,17 @@ SYMPTOM_MEANINGS = frozenset({"step_time"})
 #: Lane names (see :mod:`streams.lanes`) and their codes in the per-series lane array.
 LANE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(LANES.values()))
 _LANE_CODE = {(layer, meaning): LANE_NAMES.index(lane) for (layer, meaning), lane in LANES.items()}
+_PEER_CODES = frozenset(LANE_NAMES.index(lane) for lane in PEER_LANES)
+
+
+def worker_name(source: str, labels: dict[str, str]) -> str:
+    """The worker a per-rank series describes: its source, and its rank when it has one.
+
+    >>> worker_name("gpu006", {"job_id": "train-a", "rank": "40"}), worker_name("w3", {})
+    ('gpu006/rank40', 'w3')
+    """
+    rank = labels.get("rank")
+    return source if rank is None else f"{source}/rank{rank}"
 _NO_LABELS: dict[str, str] = {}
 
 
@@ -107,13 +118,22 @@ class PipelineOutput:
     by_layer: dict[str, int] = field(default_factory=dict)
     #: job -> lane -> [[ts, value], ...]: the job's own signals, forwarded to its correlation partition.
     points: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
+    #: job -> lane -> [[ts, value, worker], ...]: per-worker values of the peer-compared lanes
+    #: (:data:`streams.lanes.PEER_LANES`), for straggler detection on the correlation side.
+    workers: dict[str, dict[str, list[list[Any]]]] = field(default_factory=dict)
     #: ``clock`` records: a source's clock went beyond (or back within) the tolerance.
     clocks: list[dict[str, Any]] = field(default_factory=list)
 
     def points_records(self, origin: str) -> list[dict[str, Any]]:
         """One ``points`` record per job (see :mod:`streams.lanes`)."""
-        return [{"type": "points", "job_id": job, "lanes": lanes, "origin": origin}
-                for job, lanes in sorted(self.points.items())]
+        out = []
+        for job, lanes in sorted(self.points.items()):
+            rec: dict[str, Any] = {"type": "points", "job_id": job, "lanes": lanes, "origin": origin}
+            workers = self.workers.get(job)
+            if workers:
+                rec["workers"] = workers
+            out.append(rec)
+        return out
 
 
 class PartitionPipeline:
@@ -146,6 +166,8 @@ class PartitionPipeline:
         self._jobset_ids: dict[tuple[str, ...], int] = {}
         self._intervals: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._intervals_version = -1
+        #: Per series of a peer-compared lane: the worker it describes (see :func:`worker_name`).
+        self._worker: dict[int, str] = {}
 
     # -- series bookkeeping -------------------------------------------------------------------
     def _register_new(self, out: PipelineOutput | None) -> None:
@@ -170,6 +192,8 @@ class PartitionPipeline:
             self._src_code[sid] = src
             self.detector.register(sid, info.mode, info.bad)
             self._lane[sid] = _LANE_CODE.get((meta.layer, info.meaning.value), -1)
+            if self._lane[sid] in _PEER_CODES:
+                self._worker[sid] = worker_name(meta.source, meta.labels)
             if out is not None and info.meaning.value == "unknown":
                 out.unknown_metrics += 1
         self._registered = n
@@ -440,6 +464,7 @@ class PartitionPipeline:
             t = ts[rows]
             v = x[rows]
             lane_name = LANE_NAMES[g % 64]
+            peer = g % 64 in _PEER_CODES
             whole: list[list[float]] | None = None
             for job in self._jobsets[g // 64]:
                 active = self._active(job, t)
@@ -459,6 +484,11 @@ class PartitionPipeline:
                     lanes[lane_name] = list(pts)
                 else:
                     have.extend(pts)
+                if peer:
+                    rsel = rows if active.all() else rows[active]
+                    names = self._worker
+                    wpts = [[p[0], p[1], names[sid]] for p, sid in zip(pts, ids[rsel].tolist(), strict=True)]
+                    out.workers.setdefault(job, {}).setdefault(lane_name, []).extend(wpts)
 
     # -- state ----------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
@@ -479,6 +509,7 @@ class PartitionPipeline:
         self._lane = np.full(0, -1, dtype=np.int8)
         self._jobset = np.full(0, -1, dtype=np.int32)
         self._jobset_version = np.full(0, -1, dtype=np.int64)
+        self._worker = {}
         self._register_new(None)
         self.detector.restore(arrays)
         self.watermark = meta["watermark"]

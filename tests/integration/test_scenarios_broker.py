@@ -52,6 +52,15 @@ def test_fault_scenario_through_the_broker(scenario: str, job: str, domain: str,
     assert {a["type"] for a in alerts} == {"job_slowdown"}
 
 
+def test_straggler_through_the_broker(settings: LockstepSettings, tmp_path: Path) -> None:
+    alerts = replay_scenario("straggler", settings, tmp_path)
+    stragglers = [(a["status"], a["root_cause"]["source"], a["root_cause"]["labels"], a["started_at"][11:19])
+                  for a in alerts if a["type"] == "straggler"]
+    assert stragglers == [("firing", "gpu006", {"rank": "40"}, "11:41:45"),
+                          ("resolved", "gpu006", {"rank": "40"}, "11:41:45")]
+    assert slowdowns(alerts)[-1] == ("resolved", "train-a", "compute", "gpu006")
+
+
 def test_checkpoint_contention_through_the_broker(settings: LockstepSettings, tmp_path: Path) -> None:
     alerts = replay_scenario("checkpoint-contention", settings, tmp_path)
     assert [(a["type"], a["status"]) for a in alerts] == [("checkpoint_contention", "firing"),

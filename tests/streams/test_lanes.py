@@ -57,3 +57,61 @@ def test_lane_table() -> None:
     assert lane_of("nic", "retransmits") == "fabric_errors"
     assert lane_of("step", "step_time") == "step_time"
     assert lane_of("gpu", "temperature") is None
+
+
+def workers(job: str, *pts: tuple[float, float, str]) -> dict[str, object]:
+    return {"type": "points", "job_id": job, "lanes": {"step_time": [[T + t, v] for t, v, _ in pts]},
+            "workers": {"step_time": [[T + t, v, w] for t, v, w in pts]}, "origin": "o"}
+
+
+def feed_job(s: JobSignals, start: int, end: int, slow: dict[str, float], job: str = "j") -> list[object]:
+    """Five workers report a step each second in ``[start, end)``; ``slow`` multiplies some of them."""
+    events: list[object] = []
+    for sec in range(start, end):
+        s.add(workers(job, *[(sec + 0.1 * k, (1.0 + 0.01 * (k % 2)) * slow.get(f"w{k}", 1.0), f"w{k}")
+                             for k in range(5)]))
+        s.advance(T + sec + 1.5)
+        events += s.peer_events
+        s.peer_events = []
+    return events
+
+
+def test_a_worker_that_lags_its_peers_becomes_a_straggler_from_its_first_slow_bucket_then_recovers() -> None:
+    s = JobSignals(SignalsConfig(peer_bucket_s=5.0))
+    assert feed_job(s, 0, 100, {}) == []  # steadily similar workers: nothing
+    start = feed_job(s, 100, 160, {"w3": 1.5})
+    assert [(e.lane, e.transition.worker, e.transition.phase, e.transition.onset_step) for e in start] == [
+        ("step_time", "w3", "start", T + 100)]
+    assert start[0].workers == 5 and start[0].transition.reason == "gross"
+    end = feed_job(s, 160, 220, {})
+    assert [(e.transition.worker, e.transition.phase) for e in end] == [("w3", "end")]
+
+
+def test_a_worker_steadily_a_little_slower_is_its_own_normal() -> None:
+    s = JobSignals(SignalsConfig(peer_bucket_s=5.0))
+    assert feed_job(s, 0, 300, {"w2": 1.12}) == []
+
+
+def test_peer_state_survives_a_snapshot_mid_episode() -> None:
+    import orjson
+
+    a = JobSignals(SignalsConfig(peer_bucket_s=5.0))
+    feed_job(a, 0, 100, {})
+    feed_job(a, 100, 112, {"w3": 1.5})
+    b = JobSignals(SignalsConfig(peer_bucket_s=5.0))
+    b.restore(orjson.loads(orjson.dumps(a.snapshot())))
+    rest_a = feed_job(a, 112, 160, {"w3": 1.5})
+    rest_b = feed_job(b, 112, 160, {"w3": 1.5})
+    assert [e.transition for e in rest_a] == [e.transition for e in rest_b]
+    assert [e.transition.onset_step for e in rest_b] == [T + 100]
+
+
+def test_a_job_that_stops_reporting_ends_its_stragglers_and_is_forgotten() -> None:
+    s = JobSignals(SignalsConfig(peer_bucket_s=5.0, peer_idle_s=60.0))
+    feed_job(s, 0, 60, {"w1": 1.6})
+    assert s.peers["step_time"].stragglers("j") == ["w1"]
+    s.add(points("other", "gpu_util", (200.0, 50.0)))
+    s.advance(T + 202)
+    assert [(e.transition.worker, e.transition.phase, e.transition.reason) for e in s.peer_events] == [
+        ("w1", "end", "no_data")]
+    assert "j" not in s.peers["step_time"].jobs and "j" not in s.peer_last

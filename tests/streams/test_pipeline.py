@@ -92,3 +92,18 @@ def test_snapshot_and_restore_continue_exactly_where_the_state_was() -> None:
     rest_b = [b.process(raw, ORIGIN).anomalies for raw in stream[25:]]
     assert rest_a == rest_b
     assert any(rest_a)
+
+
+def test_step_times_are_forwarded_per_worker_for_peer_comparison() -> None:
+    p = pipe()
+    msg = {"samples": [{"ts": T0 + 1.0, "layer": "step", "source": f"n{i}", "metric": "step_time_seconds",
+                        "value": 1.0 + i / 10, "labels": {"job_id": "j1", "rank": str(8 * (i - 1))}}
+                       for i in (1, 2)]}
+    out = p.process(orjson.dumps(msg), Origin("telemetry.step", 0, 7))
+    [rec] = out.points_records("telemetry.step:0")
+    assert rec["job_id"] == "j1"
+    assert sorted(map(tuple, rec["lanes"]["step_time"])) == [(T0 + 1.0, 1.1), (T0 + 1.0, 1.2)]
+    assert sorted(map(tuple, rec["workers"]["step_time"])) == [(T0 + 1.0, 1.1, "n1/rank0"), (T0 + 1.0, 1.2, "n2/rank8")]
+    # A switch counter is a job signal but not a per-worker one.
+    out = p.process(orjson.dumps({"samples": [sample(T0 + 1.0, 0.0), sample(T0 + 2.0, 5.0)]}), ORIGIN)
+    assert all("workers" not in r for r in out.points_records("o"))

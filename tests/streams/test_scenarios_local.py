@@ -89,3 +89,27 @@ def test_two_jobs_checkpointing_together_raise_one_contention_alert_with_advice(
     assert final["details"]["advice"]["move"] == "train-b"
     assert final["root_cause"]["domain"] == "storage" and final["gpus"] == 96
 
+
+
+def test_a_straggler_is_named_from_its_first_slow_step_and_explains_the_job_slowdown() -> None:
+    result = run_scenario("straggler")
+    stragglers = [a for a in result.alerts if a["type"] == "straggler"]
+    assert [a["status"] for a in stragglers] == ["firing", "resolved"]
+    first = stragglers[0]
+    assert stragglers[1]["alert_id"] == first["alert_id"]
+    assert (first["job_id"], first["gpus"], first["nodes"]) == ("train-a", 64, ["gpu006"])
+    assert first["root_cause"]["source"] == "gpu006" and first["root_cause"]["labels"] == {"rank": "40"}
+    assert first["started_at"][11:19] == "11:41:45"  # the fault's start, not when it was confirmed
+    assert 1.3 < first["details"]["ratio_to_median"] < 1.6 and first["details"]["workers_compared"] == 8
+    # The job-level alert first had no first mover; the confirmed straggler becomes its root cause.
+    slowdowns = [a for a in result.alerts if a["type"] == "job_slowdown"]
+    assert len({a["alert_id"] for a in slowdowns}) == 1
+    assert slowdowns[0]["root_cause"]["domain"] == "unknown"
+    assert [(a["status"], a["root_cause"]["domain"], a["root_cause"]["source"]) for a in slowdowns[1:]] == [
+        ("firing", "compute", "gpu006"), ("resolved", "compute", "gpu006")]
+    assert slowdowns[1]["details"]["straggler_alert"] == first["alert_id"]
+
+
+@pytest.mark.parametrize("scenario", ["seed-incident", "dataloader", "xid", "storage-latency"])
+def test_job_wide_slowdowns_raise_no_straggler(scenario: str) -> None:
+    assert not [a for a in run_scenario(scenario).alerts if a["type"] == "straggler"]
