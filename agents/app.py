@@ -75,7 +75,8 @@ def correlator_config(settings: LockstepSettings) -> CorrelatorConfig:
 
 def signals_config(settings: LockstepSettings) -> SignalsConfig:
     return SignalsConfig(allowed_lateness_s=settings.allowed_lateness_s,
-                         annotation_window_s=settings.annotation_window_s)
+                         annotation_window_s=settings.annotation_window_s,
+                         peer_bucket_s=settings.straggler_bucket_s, peer_idle_s=settings.straggler_idle_s)
 
 
 class LockstepApp(faust.App):

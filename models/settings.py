@@ -140,6 +140,10 @@ class LockstepSettings(BaseSettings):
                                        "and after an operator annotation")
     symptom_hold_s: float = Field(default=10.0, ge=0, description="A symptom alert waits this long for a cause "
                                   "alert that would inhibit it")
+    straggler_bucket_s: float = Field(default=5.0, gt=0, description="Peer comparison step: each worker's median "
+                                      "step time over this much event time")
+    straggler_idle_s: float = Field(default=300.0, gt=0, description="A job without per-worker step times this "
+                                    "long ends its straggler alerts (no_data) and drops its peer state")
 
     # --- Operator surface --------------------------------------------------------------------
     api_token: SecretStr | None = Field(default=None, description="Bearer token for write endpoints")

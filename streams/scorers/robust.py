@@ -18,11 +18,20 @@ gives 0; ``z = z_threshold`` gives exactly 0.5; never saturates, so scores stay 
 
 - ``score``: the surprise of this sample (what the episode state machine of
   :class:`streams.detect.DetectorBank` thresholds);
-- ``novelty``: the same, but only where the surprise is more than ``novelty_ratio`` times the largest
-  surprise of the recent past (decaying with a half-life of ``novelty_half_life`` samples), else 0.
-  It marks the *start* of an event once instead of every sample of it: the score NAB rewards.
+- ``novelty``: is this sample *new* for the series? Each series remembers the lowest and highest it
+  has seen of three features: the value, a fast mean (rate ``novelty_fast``) and a slow mean (rate
+  ``novelty_slow``); the extremes forget ``novelty_forget`` of their span per sample, so "seen" means
+  roughly the last few thousand samples. A sample's exceedance is how far a feature goes beyond its
+  remembered range (in the bad direction), as a fraction of that range; a surprise (z, on a scale no
+  finer than ``novelty_span_floor`` of the range) beyond the largest remembered surprise also counts,
+  weighted ``novelty_z_weight``. An exceedance scores only if it beats the recent novelty (a memory
+  with a half-life of ``novelty_refractory`` samples), so an event scores at its start and again only
+  where it outgrows itself; ``novelty_margin`` of exceedance scores 0.5. This is what NAB rewards:
+  early, single detections of what the series has not done before.
 
-State per series: 7 float64, 1 int32 and ``bins`` float32 (48 bins: 252 bytes).
+State per series: 5 float64 (level, scale and error of both predictors), 10 float64 of novelty
+(means, lows, highs, largest surprise, recent novelty), 1 int32, 1 int8 and ``bins`` float32
+(48 bins: 317 bytes).
 
 >>> s = RobustScorer(RobustConfig(min_samples=10, bins=0))
 >>> s.register(0)
