@@ -337,16 +337,20 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
         bench.stop(worker)
     lateness, grace = settings.allowed_lateness_s, settings.grace_s
     lat: list[float] = []
+    seen: set[str] = set()
     for now, alert in received:
         if alert.get("status") != "firing" or alert.get("type") != "job_slowdown":
             continue
+        if alert.get("alert_id") in seen:
+            continue  # a revision of a firing alert (late evidence) is not its latency
+        seen.add(str(alert.get("alert_id")))
         onset = parse_ts(alert["started_at"]) if isinstance(alert.get("started_at"), str) else None
         if onset is None:
             continue
         k = math.ceil((onset + grace + lateness - spec.start_ts) / spec.interval_s - 1e-9)
         if k in acked:
             lat.append(now - acked[k])
-    firing = sum(1 for _, a in received if a.get("status") == "firing" and a.get("type") == "job_slowdown")
+    firing = len(seen)
     arr = np.array(lat) if lat else np.array([np.nan])
     return {"rate_samples_per_s": round(rate, 1), "produced": summary, "incidents": incidents, "alerts_firing": firing,
             "measured": len(lat), "p50_s": round(float(np.percentile(arr, 50)), 3),
