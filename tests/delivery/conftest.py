@@ -12,9 +12,32 @@ from lockstep.delivery.sample import sample_alert
 NOW = 1_764_503_000.0  # 2025-11-30T11:43:20Z
 
 
+def straggler_alert() -> dict[str, Any]:
+    """A ``straggler`` alert as the correlator builds it (no timeline, a ratio symptom)."""
+    from models.inventory import inventory_adapter
+    from streams.correlate import Correlator, CorrelatorConfig, CorrelatorOutput
+    from streams.inventory import InventoryIndex
+    from streams.lanes import PeerEvent
+    from streams.peers import StragglerTransition
+
+    inv = InventoryIndex()
+    inv.apply(inventory_adapter.validate_python({"kind": "job", "ts": NOW - 600, "job_id": "train-a",
+                                                 "state": "RUNNING", "nodes": "gpu[001-008]", "gpus_per_node": 8}))
+    out = CorrelatorOutput()
+    Correlator(CorrelatorConfig(), inv).on_peer_events(
+        [PeerEvent("step_time", 8, StragglerTransition("train-a", "gpu006/rank40", "start", NOW - 60, NOW - 35,
+                                                       1.41, 1.0, "gross"))], out)
+    return out.alerts[0]
+
+
 @pytest.fixture
 def alert() -> dict[str, Any]:
     return sample_alert(NOW)
+
+
+@pytest.fixture
+def straggler() -> dict[str, Any]:
+    return straggler_alert()
 
 
 @pytest.fixture

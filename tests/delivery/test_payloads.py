@@ -167,6 +167,23 @@ def test_syslog_framing(alert, ctx) -> None:
     assert octet_frame(msg) == str(len(msg)).encode() + b" " + msg
 
 
+def test_a_straggler_alert_fits_every_published_shape(straggler, ctx) -> None:
+    """Alerts without a timeline (a peer-comparison verdict) pass the same checks as a job slowdown."""
+    msg = slack_message(group(straggler), ctx)
+    assert FakeSlack().check(msg, None) == []  # type: ignore[arg-type]
+    assert msg["blocks"][0]["text"]["text"] == "[FIRING:1] straggler train-a"
+    assert "gpu006" in orjson.dumps(msg).decode()
+    event = pagerduty_event(straggler, KEY, ctx)
+    assert FakePagerDuty(KEY).check(event, None) == []  # type: ignore[arg-type]
+    assert event["dedup_key"] == pagerduty_dedup_key("straggler/train-a/step_time/gpu006/rank40")
+    assert FakeAlertmanager().check([am_postable_alert(straggler, ctx, 3600.0)], None) == []  # type: ignore[arg-type]
+    assert FakeWebhook().check(webhook_v4(group(straggler), ctx), None) == []  # type: ignore[arg-type]
+    finding = ocsf_finding(straggler, ctx)
+    assert ocsf_problems(finding) == []
+    assert [r["type"] for r in finding["resources"]][:2] == ["job", "node"]
+    assert cef_event(straggler, ctx).split("|")[4] == "straggler"
+
+
 @pytest.mark.parametrize(("header", "expected"), [("7", 7.0), ("Sun, 30 Nov 2025 11:43:50 GMT", 30.0),
                                                   ("soon", None), (None, None)])
 def test_retry_after(header, expected) -> None:
