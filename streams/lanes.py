@@ -61,6 +61,21 @@ LANE_ORDER = ("fabric_errors", "congestion", "collective_time", "gpu_faults", "g
               "cpu_util", "loader_wait", "step_time")
 
 
+def _quantile(ordered: list[float], q: float) -> float:
+    """``np.percentile(ordered, 100 q)`` (linear interpolation) of a sorted, non-empty list, without numpy's
+    per-call overhead (a lane-second holds a handful to a few hundred values).
+
+    >>> xs = [1.0, 2.0, 4.0, 10.0]
+    >>> [_quantile(xs, q) for q in (0.0, 0.5, 0.99, 1.0)] == [float(np.percentile(xs, p)) for p in (0, 50, 99, 100)]
+    True
+    """
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    if lo + 1 >= len(ordered):
+        return float(ordered[-1])
+    return float(ordered[lo] + (ordered[lo + 1] - ordered[lo]) * (pos - lo))
+
+
 def lane_of(layer: str, meaning: str) -> str | None:
     """
     >>> lane_of("switch", "link_errors"), lane_of("gpu", "temperature")
@@ -206,14 +221,14 @@ class JobSignals:
             job, sec = key
             lanes = {}
             for lane, values in self.pending.pop(key).items():
-                arr = np.asarray(values)
                 metric = LANE_STATS.get(lane)
                 if metric is not None:
                     stat_keys.append((job, metric))
-                    stat_ts.append(np.full(arr.size, float(sec)))
-                    stat_values.append(arr)
-                lanes[lane] = {"n": int(arr.size), "p50": float(np.percentile(arr, 50)),
-                               "p99": float(np.percentile(arr, 99)), "min": float(arr.min()), "max": float(arr.max())}
+                    stat_ts.append(np.full(len(values), float(sec)))
+                    stat_values.append(np.asarray(values))
+                ordered = sorted(values)
+                lanes[lane] = {"n": len(ordered), "p50": _quantile(ordered, 0.50), "p99": _quantile(ordered, 0.99),
+                               "min": ordered[0], "max": ordered[-1]}
             timelines.append({"type": "timeline", "job_id": job, "ts": float(sec), "lanes": lanes})
             step = lanes.get("step_time")
             if step is not None:

@@ -7,6 +7,7 @@ changelogged table now and then, and to restore it after a restart or a rebalanc
 from __future__ import annotations
 
 import io
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,12 @@ def pack(arrays: dict[str, np.ndarray], meta: Any) -> bytes:
     buf = io.BytesIO()
     payload = dict(arrays)
     payload[_META] = np.frombuffer(orjson.dumps(meta, option=orjson.OPT_SERIALIZE_NUMPY), dtype=np.uint8)
-    np.savez_compressed(buf, **payload)  # type: ignore[arg-type]
+    # An ordinary .npz (what np.savez_compressed writes), deflated at level 1: snapshots are taken on
+    # the hot path, and level 1 is several times faster than the default 6 for a few percent of size.
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for name, arr in payload.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=False)
     return buf.getvalue()
 
 
