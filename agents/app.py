@@ -323,7 +323,23 @@ def build_app(
         """
         snap = pipe.last_offset
         first = items[0][1].offset
-        if snap is None or first is None or first == snap + 1:
+        if snap is None or first is None:
+            return items
+        if first == snap + 1:
+            if pipe.last_record_ts is None or emit is not None:
+                return items
+            # The usual continuation, unless the topic was rebuilt under us with at least ``first``
+            # messages already in it (a broker that lost its data, refilled before this worker came
+            # back): then the record at the snapshot's offset is not the one the state holds.
+            seen = await record_time(topic, partition, snap)
+            if seen is not None and abs(seen - pipe.last_record_ts) < 0.001:
+                return items
+            log.warning("%s: the record at the snapshot's input offset %d is not the one the restored state "
+                        "holds: the topic was recreated or truncated (a broker that lost its data?); keeping the "
+                        "learned baselines and processing offsets 0..%d too", pipe.origin, snap, snap)
+            resumes.labels(pipe.origin, "offsets_reset").inc()
+            state.offset_resets.add(pipe.origin)
+            await catch_up(pipe, topic, partition, 0, first)
             return items
         end = await partition_end(topic, partition)
         if end is not None and snap >= end:
@@ -378,6 +394,28 @@ def build_app(
         finally:
             await consumer.stop()
 
+    async def record_time(topic: str, partition: int, offset: int) -> float | None:
+        """Kafka time (seconds) of the record at ``offset``; None if there is none or it cannot be read."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
+                                    fetch_max_wait_ms=50)
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, offset)
+            for _ in range(3):
+                batch = (await consumer.getmany(tp, timeout_ms=500, max_records=1)).get(tp, [])
+                if batch:
+                    return batch[0].timestamp / 1000.0 if batch[0].offset == offset else None
+            return None
+        except Exception:
+            log.exception("could not read %s[%d] at offset %d", topic, partition, offset)
+            return None
+        finally:
+            await consumer.stop()
+
     async def catch_up(pipe: PartitionPipeline, topic: str, partition: int, start: int, stop: int) -> int:
         """Feed offsets ``[start, stop)`` of one partition to ``pipe`` to rebuild its state.
 
@@ -396,7 +434,7 @@ def build_app(
             consumer.seek(tp, start)
             while await consumer.position(tp) < stop:
                 batch = (await consumer.getmany(tp, timeout_ms=1000, max_records=INGEST_BATCH_MESSAGES)).get(tp, [])
-                items = [(_raw(m.value), Origin(topic, partition, m.offset, m.timestamp, m.key))
+                items = [(_raw(m.value), Origin(topic, partition, m.offset, m.timestamp / 1000.0, m.key))
                          for m in batch if m.offset < stop]
                 if not batch:
                     break
