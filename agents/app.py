@@ -541,7 +541,20 @@ def build_app(
         offsets the snapshot already holds are skipped (returns False for them); a gap between the
         snapshot and the commit is read again for state only; a rebuilt topic is processed whole."""
         snap = corr.last_offset
-        if snap is None or first is None or first == snap + 1:
+        if snap is None or first is None:
+            return True
+        if first == snap + 1:
+            if corr.last_record_ts is None or emit is not None:
+                return True
+            seen = await record_time(cat.anomalies, partition, snap)
+            if seen is not None and abs(seen - corr.last_record_ts) < 0.001:
+                return True
+            # Rebuilt and refilled past the snapshot before we resumed (see ``resume``): the records
+            # before ``first`` were never correlated; correlate them now, outputs included.
+            log.warning("correlation partition %d: the record at the snapshot's offset %d is not the one the "
+                        "restored state holds: the topic was recreated or truncated; correlating offsets 0..%d "
+                        "too", partition, snap, snap)
+            await correlate_range(corr, partition, 0, first)
             return True
         if first <= snap and first_ts is not None and corr.last_record_ts is not None \
                 and first_ts > corr.last_record_ts:
@@ -580,6 +593,32 @@ def build_app(
         log.info("correlation partition %d: restored state caught up over offsets %d..%d (%d records, state only)",
                  partition, snap + 1, first - 1, n)
         return True
+
+    async def correlate_range(corr: JobPartition, partition: int, start: int, stop: int) -> None:
+        """Correlate offsets ``[start, stop)`` of an ``anomalies`` partition, emitting what they produce."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
+                                    fetch_max_wait_ms=50)
+        await consumer.start()
+        try:
+            tp = TopicPartition(cat.anomalies, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, start)
+            while await consumer.position(tp) < stop:
+                batch = (await consumer.getmany(tp, timeout_ms=1000, max_records=5000)).get(tp, [])
+                if not batch:
+                    break
+                for m in batch:
+                    if m.offset >= stop or m.value is None:
+                        continue
+                    with contextlib.suppress(KeyError, TypeError, ValueError, orjson.JSONDecodeError):
+                        await emit_results(corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset,
+                                                          m.timestamp / 1000.0))
+        except Exception:
+            log.exception("correlation partition %d: correlating %d..%d failed", partition, start, stop - 1)
+        finally:
+            await consumer.stop()
 
     async def correlate_one(event: Any) -> None:
         partition = event.message.partition
