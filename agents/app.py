@@ -566,41 +566,21 @@ def build_app(
             return False
         if emit is not None:
             return True
+        n = await correlate_range(corr, partition, snap + 1, first, outputs=False)
+        log.info("correlation partition %d: restored state caught up over offsets %d..%d (%d records, state only)",
+                 partition, snap + 1, first - 1, n)
+        return True
+
+    async def correlate_range(corr: JobPartition, partition: int, start: int, stop: int,
+                              outputs: bool = True) -> int:
+        """Correlate offsets ``[start, stop)`` of an ``anomalies`` partition; emit what they produce unless
+        ``outputs`` is False (state only: their outputs went out before). Returns the records folded in."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
                                     fetch_max_wait_ms=50)
         await consumer.start()
         n = 0
-        try:
-            tp = TopicPartition(cat.anomalies, partition)
-            consumer.assign([tp])
-            consumer.seek(tp, snap + 1)
-            while await consumer.position(tp) < first:
-                batch = (await consumer.getmany(tp, timeout_ms=1000, max_records=5000)).get(tp, [])
-                if not batch:
-                    break
-                for m in batch:
-                    if m.offset >= first or m.value is None:
-                        continue
-                    with contextlib.suppress(KeyError, TypeError, ValueError):
-                        corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset, m.timestamp / 1000.0)
-                        n += 1
-        except Exception:
-            log.exception("correlation partition %d: catching up over %d..%d failed", partition, snap + 1, first - 1)
-        finally:
-            await consumer.stop()
-        log.info("correlation partition %d: restored state caught up over offsets %d..%d (%d records, state only)",
-                 partition, snap + 1, first - 1, n)
-        return True
-
-    async def correlate_range(corr: JobPartition, partition: int, start: int, stop: int) -> None:
-        """Correlate offsets ``[start, stop)`` of an ``anomalies`` partition, emitting what they produce."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
-        consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
-                                    fetch_max_wait_ms=50)
-        await consumer.start()
         try:
             tp = TopicPartition(cat.anomalies, partition)
             consumer.assign([tp])
@@ -612,13 +592,16 @@ def build_app(
                 for m in batch:
                     if m.offset >= stop or m.value is None:
                         continue
-                    with contextlib.suppress(KeyError, TypeError, ValueError, orjson.JSONDecodeError):
-                        await emit_results(corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset,
-                                                          m.timestamp / 1000.0))
+                    with contextlib.suppress(KeyError, TypeError, ValueError):  # JSONDecodeError is a ValueError
+                        res = corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset, m.timestamp / 1000.0)
+                        n += 1
+                        if outputs:
+                            await emit_results(res)
         except Exception:
             log.exception("correlation partition %d: correlating %d..%d failed", partition, start, stop - 1)
         finally:
             await consumer.stop()
+        return n
 
     async def correlate_one(event: Any) -> None:
         partition = event.message.partition
