@@ -42,13 +42,12 @@ from streams.jobs import JobPartition
 from streams.lanes import SignalsConfig
 from streams.pipeline import Origin, PartitionPipeline
 from streams.rules import Rules
+from streams.snapshot import snapshot_due
 
 log = logging.getLogger("lockstep.agents")
 
-#: The ingest agent takes up to this many messages at once (all partitions), or what arrived within
-#: ``INGEST_BATCH_WITHIN_S``: one pipeline call per input partition per batch (docs/performance.md).
+#: Side consumers (catch-up after a restore) read this many messages per pipeline call.
 INGEST_BATCH_MESSAGES = 4000
-INGEST_BATCH_WITHIN_S = 0.2
 #: Snapshots larger than this are split over several table keys (records are limited to 8 MiB).
 SNAPSHOT_CHUNK_BYTES = 4 * 1024 * 1024
 _CHUNKED = b"LOCKSTEP-CHUNKED:"
@@ -224,7 +223,9 @@ def build_app(
     async def ingest(stream: faust.StreamT[bytes]) -> None:
         # Many messages at once: one pipeline call per input partition per batch, so the array work
         # is paid per batch, not per message. Faust acks every event of a batch once it is handled.
-        batches = stream.take_events(INGEST_BATCH_MESSAGES, within=INGEST_BATCH_WITHIN_S)  # type: ignore[attr-defined]
+        # Up to ingest_batch_messages (all partitions) or what arrived within ingest_batch_within_s.
+        batches = stream.take_events(settings.ingest_batch_messages,  # type: ignore[attr-defined]
+                                     within=settings.ingest_batch_within_s)
         async for events in batches:
             groups: dict[tuple[str, int], list[Any]] = {}
             now = time.monotonic()
@@ -292,11 +293,11 @@ def build_app(
         if out.control == "eos":
             state.eos.add(name)
             await broadcast_watermarks()
-        if pipe.watermark is not None:
-            last = state.last_snapshot_wm.get(name)
-            if last is None or pipe.watermark - last >= settings.snapshot_interval_s:
-                await write_snapshot(pipe, partition)
-                state.last_snapshot_wm[name] = pipe.watermark
+        # Snapshots are staggered across the worker's partitions (streams.snapshot.snapshot_due).
+        if pipe.watermark is not None and snapshot_due(name, pipe.watermark, state.last_snapshot_wm.get(name),
+                                                       settings.snapshot_interval_s):
+            await write_snapshot(pipe, partition)
+            state.last_snapshot_wm[name] = pipe.watermark
 
     async def write_snapshot(pipe: PartitionPipeline, partition: int) -> None:
         """Snapshot ``pipe`` (state after input offset ``pipe.last_offset``) into ``detector_state``.

@@ -75,6 +75,7 @@ from models.samples import Layer
 from models.settings import LockstepSettings
 from streams.formats import AdapterState, Converted, FormatRejection, convert
 from streams.formats.base import parse_time_value
+from streams.snapshot import snapshot_due
 
 if TYPE_CHECKING:
     from agents.metrics import WorkerMetrics
@@ -410,7 +411,7 @@ def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalo
         for reason, n in out.skipped.items():
             cm.skipped.labels(carrier.format, reason).inc(n)
         wm = state.watermark
-        if wm is not None and wm - parts.last_snapshot.get(origin, -1.0) >= settings.snapshot_interval_s:
+        if wm is not None and snapshot_due(origin, wm, parts.last_snapshot.get(origin), settings.snapshot_interval_s):
             save(origin, table)
 
     def agent_body(name: str, table: Any) -> Callable[[Any], Awaitable[None]]:

@@ -107,6 +107,13 @@ class LockstepSettings(BaseSettings):
     log_level: str = Field(default="info", pattern=r"^(debug|info|warn|error|crit)$")
     snapshot_interval_s: float = Field(default=10.0, gt=0, description="Event-time seconds between state snapshots")
     watermark_interval_s: float = Field(default=0.2, gt=0, description="Wall seconds between watermark broadcasts")
+    ingest_batch_messages: int = Field(
+        default=4000, ge=1, le=100_000, description="The ingest agent takes up to this many messages at once ..."
+    )
+    ingest_batch_within_s: float = Field(
+        default=0.2, gt=0, le=5, description="... or what arrived within this many wall seconds: a shorter window "
+        "lowers alert latency below saturation; a full backlog always fills whole batches"
+    )
     watermark_idle_s: float = Field(
         default=10.0, gt=0, description="An input partition with no new data this long (wall time) stops holding "
         "watermarks"

@@ -20,6 +20,7 @@ Time is an input; nothing reads a clock.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -64,6 +65,17 @@ class _SourceClock:
 RECOMPUTE_EVERY = 4
 
 
+def _median_sorted(xs: list[float]) -> float:
+    """The median of a sorted, non-empty list (``np.median``'s value, without its per-call cost).
+
+    >>> _median_sorted([1.0, 2.0, 10.0]), _median_sorted([1.0, 2.0, 4.0, 10.0])
+    (2.0, 3.0)
+    """
+    n = len(xs)
+    h = n // 2
+    return float(xs[h]) if n % 2 else 0.5 * (xs[h - 1] + xs[h])
+
+
 class ClockTracker:
     """Per-source clock statistics for one input partition.
 
@@ -81,8 +93,10 @@ class ClockTracker:
     def __init__(self, config: ClockConfig | None = None) -> None:
         self.config = config or ClockConfig()
         self.sources: dict[str, _SourceClock] = {}
-        #: event second -> {source: delay}: the peers a delay is compared with
+        #: event second -> {source: delay}: the peers a delay is compared with ...
         self.by_second: dict[int, dict[str, float]] = {}
+        #: ... and the same delays sorted (the median is read, not recomputed, per observation)
+        self._sorted: dict[int, list[float]] = {}
         self.newest_second = -(2**62)
 
     def observe(self, layer: str, pairs: dict[str, list[tuple[float, float]]]) -> list[ClockTransition]:
@@ -97,27 +111,35 @@ class ClockTracker:
         """One message's delay for ``source`` at event time ``ts`` (a scrape shares its transport delay)."""
         cfg = self.config
         sec = math.floor(ts)
-        peers = self.by_second.setdefault(sec, {})
+        peers = self.by_second.get(sec)
+        if peers is None:
+            peers = self.by_second[sec] = {}
+            self._sorted[sec] = []
+        ordered = self._sorted[sec]
+        previous = peers.get(source)
+        if previous is not None:
+            del ordered[bisect_left(ordered, previous)]
         peers[source] = delay
+        insort(ordered, delay)
         if sec > self.newest_second:
             self.newest_second = sec
             if len(self.by_second) > 2 * PEER_SECONDS:
                 for old in [k for k in self.by_second if k < sec - PEER_SECONDS]:
                     del self.by_second[old]
+                    del self._sorted[old]
         if len(peers) < MIN_SOURCES_FOR_REFERENCE:
             return []
         state = self.sources.get(source)
         if state is None:
             state = self.sources[source] = _SourceClock(layer, deque(maxlen=cfg.window))
-        state.delays.append(delay - float(np.median(list(peers.values()))))
+        state.delays.append(delay - _median_sorted(ordered))
         state.since += 1
         n = len(state.delays)
         if n < cfg.min_samples or (state.since < RECOMPUTE_EVERY and n != cfg.min_samples):
             return []
         state.since = 0
-        arr = np.fromiter(state.delays, dtype=float, count=n)
-        state.median = float(np.median(arr))
-        state.mad = float(np.median(np.abs(arr - state.median)))
+        state.median = _median_sorted(sorted(state.delays))
+        state.mad = _median_sorted(sorted(abs(d - state.median) for d in state.delays))
         offset, unc = self.offset(source)
         skewed = abs(offset) > cfg.tolerance_s + unc
         if skewed == state.skewed:
@@ -142,6 +164,7 @@ class ClockTracker:
     def restore(self, data: dict[str, object]) -> None:
         self.sources = {}
         self.by_second = {}
+        self._sorted = {}
         for source, (layer, delays, skewed) in data["sources"].items():  # type: ignore[attr-defined]
             arr = np.asarray(delays, dtype=float)
             med = float(np.median(arr)) if arr.size else 0.0

@@ -346,17 +346,23 @@ class PartitionPipeline:
             return
         src = self._src_code[ids[ok]]
         pair = msg[ok].astype(np.int64) * (len(self._src_names) + 1) + src
-        order = np.argsort(pair, kind="stable")
-        pair, src, sids = pair[order], src[order], ids[ok][order]
-        delay = (arrival[ok] - ts[ok])[order]
-        t_ok = ts[ok][order]
+        delay = arrival[ok] - ts[ok]
+        t_ok = ts[ok]
+        sids = ids[ok]
+        # One median delay and one latest event time per (message, source), all groups at once.
+        order = np.lexsort((delay, pair))
+        pair, src, sids, delay = pair[order], src[order], sids[order], delay[order]
         starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
         ends = np.r_[starts[1:], pair.size]
+        n = ends - starts
+        medians = 0.5 * (delay[starts + (n - 1) // 2] + delay[starts + n // 2])
+        latest = np.maximum.reduceat(t_ok[order], starts)
         layer_code = self.registry.layer_code
-        for f, e in zip(starts.tolist(), ends.tolist(), strict=True):
-            source = self._src_names[int(src[f])]
+        names = self._src_names
+        for f, med, last in zip(starts.tolist(), medians.tolist(), latest.tolist(), strict=True):
+            source = names[int(src[f])]
             layer = LAYER_NAMES[int(layer_code[sids[f]])]
-            for t in self.clocks.observe_delay(layer, source, float(np.median(delay[f:e])), float(t_ok[e - 1])):
+            for t in self.clocks.observe_delay(layer, source, med, last):
                 out.clocks.append({"type": "clock", "phase": t.phase, "source": t.source, "layer": t.layer,
                                    "ts": t.ts, "offset": t.offset, "uncertainty": t.uncertainty,
                                    "origin": self.origin})

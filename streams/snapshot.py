@@ -7,7 +7,9 @@ changelogged table now and then, and to restore it after a restart or a rebalanc
 from __future__ import annotations
 
 import io
+import math
 import zipfile
+import zlib
 from typing import Any
 
 import numpy as np
@@ -42,3 +44,29 @@ def unpack(blob: bytes) -> tuple[dict[str, np.ndarray], Any]:
         arrays = {name: data[name] for name in data.files if name != _META}
         meta = orjson.loads(data[_META].tobytes())
     return arrays, meta
+
+
+def snapshot_due(name: str, watermark: float, last: float | None, interval_s: float) -> bool:
+    """Whether the state of input ``name`` is due for a snapshot at event time ``watermark``.
+
+    ``last`` is the watermark of its previous snapshot (None: none yet, due now). Snapshots fall on
+    a grid of ``interval_s`` shifted by a phase drawn from the name, so the partitions of a worker,
+    which advance together, spread their snapshots over the interval instead of all writing them in
+    the same batch (a burst that stalls the event loop and shows up in the alert latency).
+
+    >>> snapshot_due("gpu:0", 100.0, None, 10.0)
+    True
+    >>> def taken(name):
+    ...     last, out = None, []
+    ...     for t in range(100, 131):
+    ...         if snapshot_due(name, float(t), last, 10.0):
+    ...             last = float(t)
+    ...             out.append(t)
+    ...     return out
+    >>> taken("gpu:0"), taken("nic:3")
+    ([100, 103, 113, 123], [100, 107, 117, 127])
+    """
+    if last is None:
+        return True
+    phase = interval_s * (zlib.crc32(name.encode()) % 1000) / 1000.0
+    return math.floor((watermark + phase) / interval_s) > math.floor((last + phase) / interval_s)

@@ -1,0 +1,40 @@
+"""snapshot_due: one snapshot per interval per input, spread over the interval across inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streams.snapshot import snapshot_due
+
+
+def taken(name: str, times: np.ndarray, interval: float) -> list[float]:
+    last: float | None = None
+    out = []
+    for t in times.tolist():
+        if snapshot_due(name, t, last, interval):
+            last = t
+            out.append(t)
+    return out
+
+
+def test_one_snapshot_per_interval_each() -> None:
+    times = np.arange(1000.0, 1100.0, 0.25)
+    for name in ("gpu:0", "nic:7", "lockstep.telemetry.step:3"):
+        snaps = taken(name, times, 10.0)
+        assert snaps[0] == 1000.0  # the first batch is snapshotted at once
+        gaps = np.diff(snaps[1:])
+        assert np.allclose(gaps, 10.0)
+        assert 0 < snaps[1] - snaps[0] <= 10.0
+
+
+def test_inputs_that_advance_together_spread_their_snapshots() -> None:
+    names = [f"lockstep.telemetry.{layer}:{p}" for layer in ("gpu", "nic", "host", "nccl", "step", "switch", "storage")
+             for p in range(8)]
+    times = np.arange(1000.0, 1060.0, 1.0)  # one scrape a second, all inputs in step
+    per_second: dict[float, int] = {}
+    for name in names:
+        for t in taken(name, times, 10.0)[1:]:
+            per_second[t] = per_second.get(t, 0) + 1
+    # 56 inputs, 10 s interval: about 5.6 a second instead of 56 every tenth second
+    assert max(per_second.values()) <= 15
+    assert len([t for t in per_second if 1010 <= t < 1020]) >= 8
