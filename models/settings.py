@@ -108,11 +108,12 @@ class LockstepSettings(BaseSettings):
     snapshot_interval_s: float = Field(default=10.0, gt=0, description="Event-time seconds between state snapshots")
     watermark_interval_s: float = Field(default=0.2, gt=0, description="Wall seconds between watermark broadcasts")
     ingest_batch_messages: int = Field(
-        default=4000, ge=1, le=100_000, description="The ingest agent takes up to this many messages at once ..."
+        default=4000, ge=1, le=100_000, description="Most messages (all input partitions) the ingest agent "
+        "processes as one batch"
     )
     ingest_batch_within_s: float = Field(
-        default=0.2, gt=0, le=5, description="... or what arrived within this many wall seconds: a shorter window "
-        "lowers alert latency below saturation; a full backlog always fills whole batches"
+        default=0.2, gt=0, le=5, description="Wall seconds the ingest agent waits to fill a batch; shorter lowers "
+        "alert latency but costs throughput (each batch pays a fixed cost per input partition)"
     )
     watermark_idle_s: float = Field(
         default=10.0, gt=0, description="An input partition with no new data this long (wall time) stops holding "
