@@ -158,26 +158,40 @@ class JobSignals:
         return out
 
     def add(self, rec: dict[str, Any]) -> None:
-        """Fold a ``points`` record: ``{"job_id", "lanes": {lane: [[ts, value], ...]}}``."""
+        """Fold a ``points`` record: ``{"job_id", "lanes": {lane: [[ts, [value, ...]], ...]},
+        "workers": {lane: [[ts, [value, ...], [worker, ...]], ...]}}`` (values grouped by event time).
+
+        The ungrouped shape of earlier versions (``[[ts, value], ...]`` and ``[[ts, value, worker], ...]``)
+        is still read, so records written before an upgrade are not lost.
+        """
         job = rec["job_id"]
-        for lane, points in rec["lanes"].items():
-            for ts, value in points:
+        pending = self.pending
+        for lane, groups in rec["lanes"].items():
+            for group in groups:
+                ts, values = group[0], group[1]
+                if type(values) is not list:
+                    values = [values]
                 sec = math.floor(ts)
                 if sec <= self.emitted_until:
-                    self.late_points += 1
+                    self.late_points += len(values)
                     continue
-                self.pending[(job, sec)][lane].append(float(value))
+                pending[(job, sec)][lane].extend(map(float, values))
         workers = rec.get("workers")
         if workers:
             size = self.config.peer_bucket_s
-            for lane, wpoints in workers.items():
+            for lane, wgroups in workers.items():
                 if lane not in self.peers:
                     continue
-                for ts, value, worker in wpoints:
+                for group in wgroups:
+                    ts, values, names = group[0], group[1], group[2]
+                    if type(values) is not list:
+                        values, names = [values], [names]
                     b = math.floor(ts / size) * size
                     if b + size <= self.peer_done_until:
                         continue  # its bucket was compared already (counted as a late lane point above)
-                    self.peer_pending.setdefault((job, lane, b), {}).setdefault(str(worker), []).append(float(value))
+                    bucket = self.peer_pending.setdefault((job, lane, b), {})
+                    for value, worker in zip(values, names, strict=True):
+                        bucket.setdefault(str(worker), []).append(float(value))
 
     def _compare_peers(self, upto: float, final: bool) -> None:
         """Compare the workers of every bucket complete at second ``upto`` (all of them if ``final``)."""

@@ -47,6 +47,33 @@ _LANE_CODE = {(layer, meaning): LANE_NAMES.index(lane) for (layer, meaning), lan
 _PEER_CODES = frozenset(LANE_NAMES.index(lane) for lane in PEER_LANES)
 
 
+def _by_time(t: np.ndarray, v: np.ndarray, sids: np.ndarray | None,
+             names: list[str]) -> tuple[list[list[Any]], list[list[Any]]]:
+    """Values grouped by their exact event time: ``[[ts, [value, ...]], ...]`` in time order, and with
+    ``sids`` the same groups with each value's worker: ``[[ts, [value, ...], [worker, ...]], ...]``.
+
+    A scrape's samples share one timestamp, so a points record carries it once per group.
+
+    >>> _by_time(np.array([5.0, 4.0, 5.0]), np.array([1.0, 2.0, 3.0]), np.array([0, 1, 2]), ["a", "b", "c"])
+    ([[4.0, [2.0]], [5.0, [1.0, 3.0]]], [[4.0, [2.0], ['b']], [5.0, [1.0, 3.0], ['a', 'c']]])
+    """
+    if t[0] == t[-1] and (t == t[0]).all():
+        values = v.tolist()
+        groups = [[float(t[0]), values]]
+        workers = [[float(t[0]), values, [names[i] for i in sids.tolist()]]] if sids is not None else []
+        return groups, workers
+    order = np.argsort(t, kind="stable")
+    t, v = t[order], v[order]
+    cuts = (np.flatnonzero(t[1:] != t[:-1]) + 1).tolist()
+    bounds = list(zip([0, *cuts], [*cuts, int(t.size)], strict=True))
+    vl = v.tolist()
+    groups = [[float(t[a]), vl[a:b]] for a, b in bounds]
+    if sids is None:
+        return groups, []
+    wl = [names[i] for i in sids[order].tolist()]
+    return groups, [[float(t[a]), vl[a:b], wl[a:b]] for a, b in bounds]
+
+
 def worker_name(source: str, labels: dict[str, str]) -> str:
     """The worker a per-rank series describes: its source, and its rank when it has one.
 
@@ -116,9 +143,10 @@ class PipelineOutput:
     max_ts: float | None = None
     control: str | None = None
     by_layer: dict[str, int] = field(default_factory=dict)
-    #: job -> lane -> [[ts, value], ...]: the job's own signals, forwarded to its correlation partition.
-    points: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)
-    #: job -> lane -> [[ts, value, worker], ...]: per-worker values of the peer-compared lanes
+    #: job -> lane -> [[ts, [value, ...]], ...]: the job's own signals grouped by event time, forwarded
+    #: to its correlation partition.
+    points: dict[str, dict[str, list[list[Any]]]] = field(default_factory=dict)
+    #: job -> lane -> [[ts, [value, ...], [worker, ...]], ...]: per-worker values of the peer-compared lanes
     #: (:data:`streams.lanes.PEER_LANES`), for straggler detection on the correlation side.
     workers: dict[str, dict[str, list[list[Any]]]] = field(default_factory=dict)
     #: ``clock`` records: a source's clock went beyond (or back within) the tolerance.
@@ -464,6 +492,7 @@ class PartitionPipeline:
         starts = [0, *bounds.tolist()]
         ends = [*bounds.tolist(), int(sel.size)]
         points = out.points
+        names = self._worker
         for a, b in zip(starts, ends, strict=True):
             g = int(group[a])
             rows = sel[a:b]
@@ -471,15 +500,15 @@ class PartitionPipeline:
             v = x[rows]
             lane_name = LANE_NAMES[g % 64]
             peer = g % 64 in _PEER_CODES
-            whole: list[list[float]] | None = None
+            whole: tuple[list[list[Any]], list[list[Any]]] | None = None
             for job in self._jobsets[g // 64]:
                 active = self._active(job, t)
                 if active.all():
                     if whole is None:
-                        whole = np.column_stack((t, v)).tolist()
-                    pts = whole
+                        whole = _by_time(t, v, ids[rows] if peer else None, names)
+                    groups, wgroups = whole
                 elif active.any():
-                    pts = np.column_stack((t[active], v[active])).tolist()
+                    groups, wgroups = _by_time(t[active], v[active], ids[rows[active]] if peer else None, names)
                 else:
                     continue
                 lanes = points.get(job)
@@ -487,14 +516,11 @@ class PartitionPipeline:
                     lanes = points[job] = {}
                 have = lanes.get(lane_name)
                 if have is None:
-                    lanes[lane_name] = list(pts)
+                    lanes[lane_name] = list(groups)
                 else:
-                    have.extend(pts)
+                    have.extend(groups)
                 if peer:
-                    rsel = rows if active.all() else rows[active]
-                    names = self._worker
-                    wpts = [[p[0], p[1], names[sid]] for p, sid in zip(pts, ids[rsel].tolist(), strict=True)]
-                    out.workers.setdefault(job, {}).setdefault(lane_name, []).extend(wpts)
+                    out.workers.setdefault(job, {}).setdefault(lane_name, []).extend(wgroups)
 
     # -- state ----------------------------------------------------------------------------------
     def snapshot(self) -> bytes:

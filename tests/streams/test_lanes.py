@@ -115,3 +115,41 @@ def test_a_job_that_stops_reporting_ends_its_stragglers_and_is_forgotten() -> No
     assert [(e.transition.worker, e.transition.phase, e.transition.reason) for e in s.peer_events] == [
         ("w1", "end", "no_data")]
     assert "j" not in s.peers["step_time"].jobs and "j" not in s.peer_last
+
+
+def grouped(rec: dict[str, object]) -> dict[str, object]:
+    """The same points record in the grouped shape the pipeline writes ([[ts, [values]], ...])."""
+    def by_ts(rows: list[list[object]], width: int) -> list[list[object]]:
+        out: dict[float, list[list[object]]] = {}
+        for row in rows:
+            out.setdefault(float(row[0]), [[] for _ in range(width - 1)])
+            for k in range(1, width):
+                out[float(row[0])][k - 1].append(row[k])
+        return [[ts, *cols] for ts, cols in sorted(out.items())]
+    new = dict(rec)
+    new["lanes"] = {lane: by_ts(rows, 2) for lane, rows in rec["lanes"].items()}  # type: ignore[attr-defined]
+    if "workers" in rec:
+        new["workers"] = {lane: by_ts(rows, 3) for lane, rows in rec["workers"].items()}  # type: ignore[attr-defined]
+    return new
+
+
+def test_grouped_and_legacy_points_give_the_same_lanes_stats_and_stragglers() -> None:
+    """Points written before the grouped shape (still on the topic after an upgrade) fold the same."""
+    legacy, new = JobSignals(), JobSignals()
+    out_legacy, out_new = [], []
+    events = 0
+    for t in range(0, 120):
+        recs = [workers("j", *[(t + 0.5, 1.0 + (0.8 if w == "n3/rank24" and t > 40 else 0.0) + 0.01 * (t % 3), w)
+                               for w in ("n1/rank0", "n2/rank8", "n3/rank24", "n4/rank32")]),
+                points("j", "gpu_util", (t + 0.1, 90.0), (t + 0.1, 91.0 + t % 5), (t + 0.7, 10.0))]
+        for rec in recs:
+            legacy.add(rec)
+            new.add(grouped(rec))
+        out_legacy.append(legacy.advance(T + t - 3))
+        out_new.append(new.advance(T + t - 3))
+        assert legacy.peer_events == new.peer_events
+        events += len(new.peer_events)
+        legacy.peer_events, new.peer_events = [], []
+    assert out_legacy == out_new
+    assert events  # n3/rank24 became a straggler in both
+    assert any(tl for tl, _ in out_new) and any(st for _, st in out_new)
