@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,7 @@ _PEER_CODES = frozenset(LANE_NAMES.index(lane) for lane in PEER_LANES)
 
 
 def _by_time(t: np.ndarray, v: np.ndarray, sids: np.ndarray | None,
-             names: list[str]) -> tuple[list[list[Any]], list[list[Any]]]:
+             names: Mapping[int, str]) -> tuple[list[list[Any]], list[list[Any]]]:
     """Values grouped by their exact event time: ``[[ts, [value, ...]], ...]`` in time order, and with
     ``sids`` the same groups with each value's worker: ``[[ts, [value, ...], [worker, ...]], ...]``.
 
