@@ -129,27 +129,35 @@ class RollingPercentiles:
             return
         bucket = self._bucket(ids, x)
         self.last_ts[ids] = np.fmax(self.last_ts[ids], ts)
-        for wi in range(self._w.shape[0]):
-            p = np.floor(ts / self._w[wi]).astype(np.int64)
-            cur = self.pane[ids, wi]
-            adv = p - cur
-            roll1 = adv == 1
-            reset = adv >= 2
-            if roll1.any():
-                r = ids[roll1]
-                self.counts[r, wi, 1] = self.counts[r, wi, 0]
-                self.counts[r, wi, 0] = 0
-            if reset.any():
-                r = ids[reset]
-                self.counts[r, wi] = 0
-            self.pane[ids, wi] = np.where(adv >= 1, p, cur)
-            slot = np.where(adv >= 0, 0, 1)
-            ok = adv >= -1
-            if not ok.all():
-                self.dropped += int((~ok).sum())
-            oi, os_, ob = ids[ok], slot[ok], bucket[ok]
-            vals = self.counts[oi, wi, os_, ob]
-            self.counts[oi, wi, os_, ob] = np.where(vals < self._max, vals + 1, vals)
+        # All windows at once: (row, window) pairs are independent.
+        p = np.floor(ts[:, None] / self._w[None, :]).astype(np.int64)
+        cur = self.pane[ids]
+        adv = p - cur
+        roll1 = adv == 1
+        if roll1.any():
+            r, w = np.nonzero(roll1)
+            rid = ids[r]
+            self.counts[rid, w, 1] = self.counts[rid, w, 0]
+            self.counts[rid, w, 0] = 0
+        reset = adv >= 2
+        if reset.any():
+            r, w = np.nonzero(reset)
+            self.counts[ids[r], w] = 0
+        self.pane[ids] = np.where(adv >= 1, p, cur)
+        # One flat index per (row, window): slot 0 (current pane) or 1 (the one before), the value's bucket.
+        nw, b = adv.shape[1], self.counts.shape[-1]
+        flat = ((ids[:, None] * nw + np.arange(nw)) * 2 + (adv < 0)) * b + bucket[:, None]
+        ok = adv >= -1
+        if ok.all():
+            flat = flat.ravel()
+        else:
+            self.dropped += int((~ok).sum())
+            flat = flat[ok]
+        if not self.counts.flags.c_contiguous:
+            self.counts = np.ascontiguousarray(self.counts)
+        counts = self.counts.reshape(-1)  # a view of the contiguous array: writes go through
+        vals = counts[flat]
+        counts[flat] = np.where(vals < self._max, vals + 1, vals)
 
     def add_many(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> None:
         """Add samples in any order, several per series allowed (processed in event-time order).
