@@ -106,6 +106,8 @@ class SeriesRegistry:
         self.scale = np.ones(0)
         self.layer_code = np.zeros(0, dtype=np.int8)
         self.unknown = np.zeros(0, dtype=bool)
+        #: :meth:`snapshot`'s rows so far (the registry only grows: each snapshot adds the new ones)
+        self._snapshot_rows: list[list[Any]] = []
 
     def __len__(self) -> int:
         return len(self.meta)
@@ -148,9 +150,13 @@ class SeriesRegistry:
         return self._ids.get(key)
 
     def snapshot(self) -> list[Any]:
-        """Plain data: the keys in id order (metadata is rebuilt from the catalogue)."""
-        return [[m.layer, m.source, m.metric, m.labels, "counter" if m.info.counter else "gauge"]
-                for m in self.meta]
+        """Plain data: the keys in id order (metadata is rebuilt from the catalogue). Read-only: the
+        list is kept and extended by later calls."""
+        rows = self._snapshot_rows
+        if len(rows) < len(self.meta):
+            rows.extend([m.layer, m.source, m.metric, m.labels, "counter" if m.info.counter else "gauge"]
+                        for m in self.meta[len(rows):])
+        return rows
 
     @classmethod
     def restore(cls, data: list[Any]) -> SeriesRegistry:
