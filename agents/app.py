@@ -33,6 +33,7 @@ from agents import transport
 from agents.carriers import attach_carriers
 from agents.kafka import client_kwargs, faust_credentials
 from agents.metrics import WorkerMetrics
+from agents.stalls import StallWatch
 from agents.topics import CORRELATOR_STATE_TABLE, DETECTOR_STATE_TABLE, MAX_RECORD_BYTES, TopicCatalogue
 from models.settings import LockstepSettings
 from streams.correlate import CorrelatorConfig
@@ -113,6 +114,9 @@ class WorkerState:
     offset_resets: set[str] = field(default_factory=set)
     resume_skipped: int = 0
     resume_caught_up: int = 0
+    redelivered: int = 0  # messages delivered again at or before the offset already processed (skipped)
+    #: when each assigned input partition (telemetry, anomalies) last delivered (see agents.stalls)
+    stalls: StallWatch = field(default_factory=StallWatch)
     ingested_messages: int = 0
     ingested_samples: int = 0
 
@@ -235,6 +239,7 @@ def build_app(
                 groups.setdefault((msg.topic, msg.partition), []).append(event)
             for topic, partition in groups:
                 state.last_message[f"{topic}:{partition}"] = now
+                state.stalls.delivered(f"{topic}:{partition}", now)
             for (topic, partition), group in groups.items():
                 try:
                     await ingest_partition(topic, partition, group)
@@ -257,8 +262,15 @@ def build_app(
         if name in state.resume_check:
             state.resume_check.discard(name)
             items = await resume(pipe, topic, partition, items)
-            if not items:
-                return
+        elif pipe.last_offset is not None and items[0][1].offset is not None and items[0][1].offset <= pipe.last_offset:
+            # Delivered again (at least once: a seek back to the committed offset): already in the state,
+            # unless written after the state's last message (a topic rebuilt under us: processed).
+            kept = [it for it in items if not _seen(it[1].offset, it[1].timestamp, pipe.last_offset,
+                                                     pipe.last_record_ts)]
+            state.redelivered += len(items) - len(kept)
+            items = kept
+        if not items:
+            return
         started = time.perf_counter()
         out = pipe.process_many(items)
         metrics.stage_seconds.labels("ingest_batch").observe(time.perf_counter() - started)
@@ -606,11 +618,15 @@ def build_app(
 
     async def correlate_one(event: Any) -> None:
         partition = event.message.partition
+        state.stalls.delivered(f"{event.message.topic}:{partition}", time.monotonic())
         corr = correlator_for(partition)
         if partition in state.correlator_resume_check:
             if not await correlator_resume(corr, partition, event.message.offset, event.message.timestamp):
                 return  # already in the restored state; its outputs were flushed before the snapshot
             state.correlator_resume_check.discard(partition)
+        elif _seen(event.message.offset, event.message.timestamp, corr.last_offset, corr.last_record_ts):
+            state.redelivered += 1  # delivered again (a seek back to the committed offset): already folded in
+            return
         try:
             rec = orjson.loads(event.value)
         except orjson.JSONDecodeError as exc:
@@ -647,6 +663,87 @@ def build_app(
             if on_finished is not None:
                 on_finished(partition)
 
+    @app.timer(5.0, name="stall_watch")  # type: ignore[untyped-decorator]
+    async def stall_watch() -> None:
+        """Resume and re-read an input partition that stopped delivering with records waiting (agents.stalls)."""
+        if emit is not None:
+            return
+        consumer: Any = app.consumer  # faust.transport.consumer.Consumer: its flow-control sets are read here
+        try:
+            assigned = {tp for tp in consumer.assignment()
+                        if tp.topic in cat.telemetry_topics or tp.topic == cat.anomalies}
+        except Exception:  # not started, or between assignments
+            return
+        now = time.monotonic()
+        by_name = {f"{tp.topic}:{tp.partition}": tp for tp in assigned}
+        state.stalls.assigned(by_name, now)
+        busy = state.batch_started is not None or bool(state.resume_check) or bool(state.correlator_resume_check)
+        suspects = {}
+        for name in state.stalls.suspects(now, busy):
+            tp = by_name[name]
+            state.stalls.healed(name, now)
+            # The last offset this worker processed (Faust may have read further: a stall seen here was
+            # records read by the consumer that never reached the agent); else where the group committed.
+            owner = state.pipelines.get(name) if tp.topic != cat.anomalies else state.correlators.get(tp.partition)
+            committed = consumer._committed_offset.get(tp)
+            if owner is not None and owner.last_offset is not None and committed is not None \
+                    and committed < owner.last_offset:
+                # Processed further than the group's commit, which no longer moves: a message was never
+                # acknowledged. Read again from the commit (what is already in the state is skipped).
+                log.warning("%s: committed offset %d stuck behind the processed offset %d for %.0f s (Faust: read "
+                            "up to %s, active=%s buffered=%s paused=%s); reading again from %d", name, committed,
+                            owner.last_offset, state.stalls.stall_after_s, consumer._read_offset.get(tp),
+                            tp in (consumer._active_partitions or ()), tp in consumer._buffered_partitions,
+                            tp in consumer._paused_partitions, committed)
+                metrics.stalls.labels(tp.topic).inc()
+                consumer.resume_partitions([tp])
+                consumer._buffered_partitions.discard(tp)
+                await consumer.seek(tp, committed)
+            elif owner is not None and owner.last_offset is not None:
+                suspects[tp] = owner.last_offset + 1
+            elif consumer._committed_offset.get(tp) is not None:
+                suspects[tp] = consumer._committed_offset[tp]  # at most one message read twice (a duplicate)
+        if not suspects:
+            return
+        waiting = await records_at(suspects)
+        for tp in sorted(waiting):
+            offset = suspects[tp]
+            log.warning("%s:%d: nothing processed for %.0f s although offset %d is on the broker (Faust: read up to "
+                        "%s, committed %s, active=%s buffered=%s paused=%s); resuming it and reading again from %d",
+                        tp.topic, tp.partition, state.stalls.stall_after_s, offset, consumer._read_offset.get(tp),
+                        consumer._committed_offset.get(tp), tp in (consumer._active_partitions or ()),
+                        tp in consumer._buffered_partitions, tp in consumer._paused_partitions, offset)
+            metrics.stalls.labels(tp.topic).inc()
+            consumer.resume_partitions([tp])
+            consumer._buffered_partitions.discard(tp)
+            await consumer.seek(tp, offset)
+
+    async def records_at(offsets: dict[Any, int]) -> set[Any]:
+        """The partitions of ``offsets`` that hold a record at (or after) their offset, read by a side consumer."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
+                                    fetch_max_wait_ms=50)
+        await consumer.start()
+        found: set[Any] = set()
+        try:
+            tps = {TopicPartition(tp.topic, tp.partition): tp for tp in offsets}
+            consumer.assign(list(tps))
+            for ktp, tp in tps.items():
+                consumer.seek(ktp, offsets[tp])
+            for _ in range(4):
+                batch = await consumer.getmany(timeout_ms=250)
+                for ktp, msgs in batch.items():
+                    if msgs and msgs[-1].offset >= offsets[tps[ktp]]:
+                        found.add(tps[ktp])
+                if len(found) == len(tps):
+                    break
+        except Exception:
+            log.exception("could not probe %d partitions for waiting records", len(offsets))
+        finally:
+            await consumer.stop()
+        return found
+
     @app.timer(1.0, name="tick_correlators")  # type: ignore[untyped-decorator]
     async def tick_correlators() -> None:
         for corr in list(state.correlators.values()):
@@ -667,6 +764,18 @@ def build_app(
     app.lockstep_state = state
     app.lockstep_metrics = metrics
     return app, state
+
+
+def _seen(offset: int | None, ts: float | None, last_offset: int | None, last_ts: float | None) -> bool:
+    """Whether a record is one already processed: at or before the last offset processed, and not written
+    after the last record processed (a topic rebuilt under us starts its offsets again with newer records).
+
+    >>> _seen(5, 100.0, 9, 120.0), _seen(10, 130.0, 9, 120.0), _seen(5, 130.0, 9, 120.0), _seen(5, None, 9, None)
+    (True, False, False, True)
+    """
+    if offset is None or last_offset is None or offset > last_offset:
+        return False
+    return ts is None or last_ts is None or ts <= last_ts
 
 
 def _raw(value: Any) -> bytes:

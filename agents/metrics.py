@@ -45,5 +45,8 @@ class WorkerMetrics:
         self.series = Gauge("lockstep_series", "Tracked series per input partition", ["origin"], registry=r)
         self.inventory_events = Gauge("lockstep_inventory_events", "Inventory events applied", registry=r)
         self.snapshots = Counter("lockstep_state_snapshots_total", "State snapshots written", ["table"], registry=r)
+        self.stalls = Counter("lockstep_partition_stalls_total",
+                              "Input partitions found not delivering with records waiting, resumed and re-read",
+                              ["topic"], registry=r)
         self.restores = Counter("lockstep_state_restores_total", "State restored from snapshots", ["table"],
                                 registry=r)

@@ -33,10 +33,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="smaller backlogs (a minute or two)")
     p.add_argument("--no-docs", action="store_true", help="do not rewrite the table in docs/performance.md")
     p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/<commit>.json)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="repeat the throughput and latency runs N times and report the medians (default 1)")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def _round_ratios(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """`` (rounds: 0.45, 0.49, 0.47)``: the ratio of each repeated round, when there were several."""
+    ra, rb = a.get("rounds") or [], b.get("rounds") or []
+    if len(ra) < 2 or len(ra) != len(rb):
+        return ""
+    return " (rounds: " + ", ".join(f"{x / y:.2f}" if x and y else "n/a" for x, y in zip(ra, rb, strict=True)) + ")"
+
+
+def _p99s(lat: dict[str, Any]) -> str:
+    rounds = lat.get("rounds") or []
+    return f"; median of {len(rounds)} runs, p99 " + ", ".join(f"{x} s" for x in rounds) if len(rounds) > 1 else ""
 
 
 def table(doc: dict[str, Any]) -> str:
@@ -62,13 +77,14 @@ def table(doc: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
         f"| batched messages ({doc['batched']['loaded']['samples'] / doc['batched']['loaded']['messages']:.0f} "
         f"samples/message), samples/s, 1 worker process | {sps(b['worker'])} | bare aiokafka+orjson "
-        f"{sps(b['bare'])} | {_ratio(w1, bare1)} | >= 0.50x |",
+        f"{sps(b['bare'])} | {_ratio(w1, bare1)}{_round_ratios(b['worker'], b['bare'])} | >= 0.50x |",
         f"| one sample per message, samples/s, 1 worker process | {sps(s['worker'])} | do-nothing Faust agent "
-        f"{sps(s['faust_noop'])} (bare {sps(s['bare'])}) | {_ratio(s1, noop1)} | >= 0.75x |",
+        f"{sps(s['faust_noop'])} (bare {sps(s['bare'])}) | {_ratio(s1, noop1)}"
+        f"{_round_ratios(s['worker'], s['faust_noop'])} | >= 0.75x |",
         f"| batched, do-nothing Faust agent, samples/s | {sps(b['faust_noop'])} | bare {sps(b['bare'])} | "
         f"{_ratio(b['faust_noop'].get('samples_per_s'), bare1)} | (reference) |",
         f"| alert latency at {lat['rate_samples_per_s']:,.0f} samples/s (50% of max), p50 / p99 | "
-        f"{lat['p50_s']} s / {lat['p99_s']} s ({lat['measured']} alerts) | - | - | p99 < 2 s |",
+        f"{lat['p50_s']} s / {lat['p99_s']} s ({lat['measured']} alerts{_p99s(lat)}) | - | - | p99 < 2 s |",
         f"| state per series at {st['10000']['series']:,} series (arrays + registry / heap / snapshot) | "
         f"{st['10000']['arrays_and_registry_bytes_per_series']:,.0f} / {st['10000']['heap_bytes_per_series']:,.0f} / "
         f"{st['10000']['snapshot_bytes_per_series']:,.0f} B | - | - | <= 2 KB |",
@@ -80,7 +96,8 @@ def table(doc: dict[str, Any]) -> str:
         f" series / {st['worker_100k']['series']:,} series | {b['worker']['rss_mb']} MB / "
         f"{st['worker_100k']['rss_mb']} MB | bare consumer {b['bare']['rss_mb']} MB | - | - |",
         f"| scaling, 8 partitions: 2 worker processes vs 1 | {sps(b['worker_x2'])} | 1 worker {sps(b['worker'])}; "
-        f"bare 2 vs 1: {_ratio(bare2, bare1)} | {_ratio(w2, w1)} | >= 1.7x where cores allow |",
+        f"bare 2 vs 1: {_ratio(bare2, bare1)} | {_ratio(w2, w1)}{_round_ratios(b['worker_x2'], b['worker'])} | "
+        f">= 1.7x where cores allow |",
     ]
     head = (f"Commit `{doc['commit']}`, {doc['started']}; machine: {m['cpu']}, {m['cores']} cores shared with the "
             f"broker and other engineers' work, Python {m['python']}{' (quick run)' if doc.get('quick') else ''}.")
@@ -111,7 +128,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         broker = await EmbeddedBroker().astart()
         bootstrap = broker.bootstrap
     try:
-        return await run_all(bootstrap, quick=args.quick, say=lambda line: print(line, flush=True))
+        return await run_all(bootstrap, quick=args.quick, say=lambda line: print(line, flush=True),
+                             repeat=max(1, args.repeat))
     finally:
         if broker is not None:
             broker.stop()
