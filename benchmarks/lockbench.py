@@ -303,7 +303,7 @@ def state_per_series(series_target: int) -> dict[str, Any]:
 
 # -- latency ------------------------------------------------------------------------------------
 async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes: int = 4, incidents: int = 24,
-                        warmup: int = 40, spacing: int = 2) -> dict[str, Any]:
+                        warmup: int = 40, spacing: int = 2, name: str = "latency") -> dict[str, Any]:
     """Alert latency at ``rate`` samples/s: the scrape that completes an incident's evidence is acked by
     the broker at ``t0``; its alert is read from the alerts topic at ``t1``; latency = ``t1 - t0``.
 
@@ -316,11 +316,11 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
     from lockstep.loadgen import LoadSpec, produce
     from models.timeutil import parse_ts
 
-    settings = bench.with_prefix("latency")
+    settings = bench.with_prefix(name)  # its own topics: a repeated run must not read the last one's alerts
     spec = LoadSpec(gpus=gpus, nodes_per_job=jobs_nodes,
                     incidents=tuple((j, warmup + j * spacing) for j in range(incidents)), incident_s=40.0)
     await create_topics(settings, bench.bootstrap)
-    worker = bench.spawn_worker(settings, "latency-worker")
+    worker = bench.spawn_worker(settings, f"{name}-worker")
     acked: dict[int, float] = {}
     received: list[tuple[float, dict[str, Any]]] = []
     stop = asyncio.Event()
@@ -432,8 +432,8 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
         # 4. alert latency at half the worker's batched rate
         worker_rate = out["batched"]["runs"]["worker"]["samples_per_s"] or 20000.0
         lats = []
-        for _ in range(repeat):
-            lat = await alert_latency(bench, 0.5 * worker_rate, incidents=12 if quick else 24)
+        for r in range(repeat):
+            lat = await alert_latency(bench, 0.5 * worker_rate, incidents=12 if quick else 24, name=f"latency-{r}")
             lats.append(lat)
             say(f"latency at {lat['rate_samples_per_s']:,.0f} samples/s: p50 {lat['p50_s']} s, p99 {lat['p99_s']} s "
                 f"({lat['measured']} of {lat['incidents']} incidents)")
