@@ -262,7 +262,7 @@ def build_app(
         if name in state.resume_check:
             state.resume_check.discard(name)
             items = await resume(pipe, topic, partition, items)
-        elif pipe.last_offset is not None and items[0][1].offset is not None and items[0][1].offset <= pipe.last_offset:
+        elif _seen(items[0][1].offset, items[0][1].timestamp, pipe.last_offset, pipe.last_record_ts):
             # Delivered again (at least once: a seek back to the committed offset): already in the state,
             # unless written after the state's last message (a topic rebuilt under us: processed).
             kept = [it for it in items if not _seen(it[1].offset, it[1].timestamp, pipe.last_offset,
@@ -685,38 +685,34 @@ def build_app(
             # The last offset this worker processed (Faust may have read further: a stall seen here was
             # records read by the consumer that never reached the agent); else where the group committed.
             owner = state.pipelines.get(name) if tp.topic != cat.anomalies else state.correlators.get(tp.partition)
+            processed = owner.last_offset if owner is not None else None
             committed = consumer._committed_offset.get(tp)
-            if owner is not None and owner.last_offset is not None and committed is not None \
-                    and committed < owner.last_offset:
+            if processed is not None and committed is not None and committed < processed:
                 # Processed further than the group's commit, which no longer moves: a message was never
                 # acknowledged. Read again from the commit (what is already in the state is skipped).
-                log.warning("%s: committed offset %d stuck behind the processed offset %d for %.0f s (Faust: read "
-                            "up to %s, active=%s buffered=%s paused=%s); reading again from %d", name, committed,
-                            owner.last_offset, state.stalls.stall_after_s, consumer._read_offset.get(tp),
-                            tp in (consumer._active_partitions or ()), tp in consumer._buffered_partitions,
-                            tp in consumer._paused_partitions, committed)
-                metrics.stalls.labels(tp.topic).inc()
-                consumer.resume_partitions([tp])
-                consumer._buffered_partitions.discard(tp)
-                await consumer.seek(tp, committed)
-            elif owner is not None and owner.last_offset is not None:
-                suspects[tp] = owner.last_offset + 1
-            elif consumer._committed_offset.get(tp) is not None:
-                suspects[tp] = consumer._committed_offset[tp]  # at most one message read twice (a duplicate)
+                await reread(tp, committed, f"committed offset {committed} stuck behind the processed offset "
+                                            f"{processed}")
+            elif processed is not None:
+                suspects[tp] = processed + 1
+            elif committed is not None:
+                suspects[tp] = committed  # at most one message read twice (a duplicate)
         if not suspects:
             return
-        waiting = await records_at(suspects)
-        for tp in sorted(waiting):
-            offset = suspects[tp]
-            log.warning("%s:%d: nothing processed for %.0f s although offset %d is on the broker (Faust: read up to "
-                        "%s, committed %s, active=%s buffered=%s paused=%s); resuming it and reading again from %d",
-                        tp.topic, tp.partition, state.stalls.stall_after_s, offset, consumer._read_offset.get(tp),
-                        consumer._committed_offset.get(tp), tp in (consumer._active_partitions or ()),
-                        tp in consumer._buffered_partitions, tp in consumer._paused_partitions, offset)
-            metrics.stalls.labels(tp.topic).inc()
-            consumer.resume_partitions([tp])
-            consumer._buffered_partitions.discard(tp)
-            await consumer.seek(tp, offset)
+        for tp in sorted(await records_at(suspects)):
+            await reread(tp, suspects[tp], f"nothing processed although offset {suspects[tp]} is on the broker")
+
+    async def reread(tp: Any, offset: int, why: str) -> None:
+        """Log a stalled partition with Faust's view of it, count it, resume it and read it again from ``offset``."""
+        consumer: Any = app.consumer
+        log.warning("%s:%d: %s (idle %.0f s; Faust: read up to %s, committed %s, active=%s buffered=%s paused=%s); "
+                    "resuming it and reading again from %d", tp.topic, tp.partition, why, state.stalls.stall_after_s,
+                    consumer._read_offset.get(tp), consumer._committed_offset.get(tp),
+                    tp in (consumer._active_partitions or ()), tp in consumer._buffered_partitions,
+                    tp in consumer._paused_partitions, offset)
+        metrics.stalls.labels(tp.topic).inc()
+        consumer.resume_partitions([tp])
+        consumer._buffered_partitions.discard(tp)
+        await consumer.seek(tp, offset)
 
     async def records_at(offsets: dict[Any, int]) -> set[Any]:
         """The partitions of ``offsets`` that hold a record at (or after) their offset, read by a side consumer."""

@@ -58,19 +58,18 @@ def _by_time(t: np.ndarray, v: np.ndarray, sids: np.ndarray | None,
     ([[4.0, [2.0]], [5.0, [1.0, 3.0]]], [[4.0, [2.0], ['b']], [5.0, [1.0, 3.0], ['a', 'c']]])
     """
     if t[0] == t[-1] and (t == t[0]).all():
-        values = v.tolist()
-        groups = [[float(t[0]), values]]
-        workers = [[float(t[0]), values, [names[i] for i in sids.tolist()]]] if sids is not None else []
-        return groups, workers
-    order = np.argsort(t, kind="stable")
-    t, v = t[order], v[order]
-    cuts = (np.flatnonzero(t[1:] != t[:-1]) + 1).tolist()
+        cuts: list[int] = []  # the common case (one scrape): no sort
+    else:
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+        sids = sids[order] if sids is not None else None
+        cuts = (np.flatnonzero(t[1:] != t[:-1]) + 1).tolist()
     bounds = list(zip([0, *cuts], [*cuts, int(t.size)], strict=True))
     vl = v.tolist()
     groups = [[float(t[a]), vl[a:b]] for a, b in bounds]
     if sids is None:
         return groups, []
-    wl = [names[i] for i in sids[order].tolist()]
+    wl = [names[i] for i in sids.tolist()]
     return groups, [[float(t[a]), vl[a:b], wl[a:b]] for a, b in bounds]
 
 
