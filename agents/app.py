@@ -31,6 +31,7 @@ import orjson
 
 from agents import transport
 from agents.carriers import attach_carriers
+from agents.gaps import RangeReader, catch_up_until, expected_next
 from agents.kafka import client_kwargs, faust_credentials
 from agents.metrics import WorkerMetrics
 from agents.stalls import StallWatch
@@ -117,6 +118,8 @@ class WorkerState:
     redelivered: int = 0  # messages delivered again at or before the offset already processed (skipped)
     #: when each assigned input partition (telemetry, anomalies) last delivered (see agents.stalls)
     stalls: StallWatch = field(default_factory=StallWatch)
+    #: reads holes in the offsets an agent was handed (agents.gaps); None in the agent test context
+    ranges: RangeReader | None = None
     ingested_messages: int = 0
     ingested_samples: int = 0
 
@@ -144,6 +147,8 @@ def build_app(
     cat = TopicCatalogue(settings)
     metrics = metrics or WorkerMetrics()
     state = WorkerState(inventory)
+    if emit is None:
+        state.ranges = RangeReader(settings, bootstrap)
     dcfg = detector_config(settings)
     ccfg = correlator_config(settings)
     scfg = signals_config(settings)
@@ -271,6 +276,11 @@ def build_app(
             items = kept
         if not items:
             return
+        hole = await read_hole(topic, partition, expected_next(pipe.last_offset, committed_of(topic, partition)),
+                               items[0][1].offset)
+        if hole:  # processed first, in offset order; acknowledged to Faust once their outputs are out
+            items = [(_raw(m.value), Origin(topic, partition, m.offset, m.timestamp / 1000.0, m.key))
+                     for m in hole] + items
         started = time.perf_counter()
         out = pipe.process_many(items)
         metrics.stage_seconds.labels("ingest_batch").observe(time.perf_counter() - started)
@@ -305,6 +315,7 @@ def build_app(
         if out.control == "eos":
             state.eos.add(name)
             await broadcast_watermarks()
+        ack_read(hole)
         # Snapshots are staggered across the worker's partitions (streams.snapshot.snapshot_due).
         if pipe.watermark is not None and snapshot_due(name, pipe.watermark, state.last_snapshot_wm.get(name),
                                                        settings.snapshot_interval_s):
@@ -384,12 +395,51 @@ def build_app(
             log.warning("%s: %d messages between the snapshot (%d) and the commit (%d) cannot be read here",
                         pipe.origin, first - snap - 1, snap, first)
             return items
-        n = await catch_up(pipe, topic, partition, snap + 1, first)
+        # Up to the group's commit the outputs went out before (state only); a hole between the commit
+        # and ``first`` is processed in full by ingest_partition (agents.gaps).
+        upto = catch_up_until(snap, committed_of(topic, partition), first)
+        n = await catch_up(pipe, topic, partition, snap + 1, upto)
         state.resume_caught_up += n
         resumes.labels(pipe.origin, "caught_up").inc()
         log.info("%s: restored state caught up over offsets %d..%d (%d messages, state only)", pipe.origin,
-                 snap + 1, first - 1, n)
+                 snap + 1, upto - 1, n)
         return items
+
+    def committed_of(topic: str, partition: int) -> int | None:
+        """The group's committed offset (the next to read) of a partition, as Faust last knew it."""
+        if emit is not None:
+            return None
+        from faust.types import TP
+
+        consumer: Any = app.consumer
+        try:
+            committed = consumer._committed_offset.get(TP(topic, partition))
+        except Exception:  # the consumer is not started
+            return None
+        return committed if isinstance(committed, int) else None
+
+    async def read_hole(topic: str, partition: int, expected: int | None, first: int | None) -> list[Any]:
+        """The records of ``[expected, first)`` when an agent was handed ``first`` but expected ``expected``:
+        records Faust lost between its fetcher and the agent (agents.gaps). Empty when there is no hole."""
+        if state.ranges is None or expected is None or first is None or first <= expected:
+            return []
+        records = await state.ranges.read(topic, partition, expected, first)
+        metrics.gaps.labels(topic, "filled" if records else "empty").inc()
+        log.warning("%s:%d: offsets %d..%d never reached the agent (lost inside Faust between its fetcher and the "
+                    "agent); read %d records from the broker and processing them first", topic, partition, expected,
+                    first - 1, len(records))
+        return records
+
+    def ack_read(records: list[Any]) -> None:
+        """Acknowledge records read around Faust (a hole), so the group's commit can pass them."""
+        if not records:
+            return
+        from faust.types import TP, Message
+
+        consumer: Any = app.consumer
+        for m in records:
+            consumer.ack(Message(m.topic, m.partition, m.offset, m.timestamp / 1000.0, m.timestamp_type, None,
+                                 m.key, m.value, None, tp=TP(m.topic, m.partition)))
 
     async def partition_end(topic: str, partition: int) -> int | None:
         if emit is not None:
@@ -579,41 +629,36 @@ def build_app(
             return False
         if emit is not None:
             return True
-        n = await correlate_range(corr, partition, snap + 1, first, outputs=False)
+        upto = catch_up_until(snap, committed_of(cat.anomalies, partition), first)  # the rest: a hole
+        n = await correlate_range(corr, partition, snap + 1, upto, outputs=False)
         log.info("correlation partition %d: restored state caught up over offsets %d..%d (%d records, state only)",
-                 partition, snap + 1, first - 1, n)
+                 partition, snap + 1, upto - 1, n)
         return True
 
     async def correlate_range(corr: JobPartition, partition: int, start: int, stop: int,
                               outputs: bool = True) -> int:
         """Correlate offsets ``[start, stop)`` of an ``anomalies`` partition; emit what they produce unless
         ``outputs`` is False (state only: their outputs went out before). Returns the records folded in."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
-        consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
-                                    fetch_max_wait_ms=50)
-        await consumer.start()
-        n = 0
+        if state.ranges is None:
+            return 0
         try:
-            tp = TopicPartition(cat.anomalies, partition)
-            consumer.assign([tp])
-            consumer.seek(tp, start)
-            while await consumer.position(tp) < stop:
-                batch = (await consumer.getmany(tp, timeout_ms=1000, max_records=5000)).get(tp, [])
-                if not batch:
-                    break
-                for m in batch:
-                    if m.offset >= stop or m.value is None:
-                        continue
-                    with contextlib.suppress(KeyError, TypeError, ValueError):  # JSONDecodeError is a ValueError
-                        res = corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset, m.timestamp / 1000.0)
-                        n += 1
-                        if outputs:
-                            await emit_results(res)
+            records = await state.ranges.read(cat.anomalies, partition, start, stop)
         except Exception:
-            log.exception("correlation partition %d: correlating %d..%d failed", partition, start, stop - 1)
-        finally:
-            await consumer.stop()
+            log.exception("correlation partition %d: reading %d..%d failed", partition, start, stop - 1)
+            return 0
+        return await correlate_records(corr, records, outputs)
+
+    async def correlate_records(corr: JobPartition, records: list[Any], outputs: bool) -> int:
+        """Fold records read around Faust into ``corr`` (emitting what they produce when ``outputs``)."""
+        n = 0
+        for m in records:
+            if m.value is None:
+                continue
+            with contextlib.suppress(KeyError, TypeError, ValueError):  # JSONDecodeError is a ValueError
+                res = corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset, m.timestamp / 1000.0)
+                n += 1
+                if outputs:
+                    await emit_results(res)
         return n
 
     async def correlate_one(event: Any) -> None:
@@ -627,6 +672,12 @@ def build_app(
         elif _seen(event.message.offset, event.message.timestamp, corr.last_offset, corr.last_record_ts):
             state.redelivered += 1  # delivered again (a seek back to the committed offset): already folded in
             return
+        hole = await read_hole(cat.anomalies, partition,
+                               expected_next(corr.last_offset, committed_of(cat.anomalies, partition)),
+                               event.message.offset)
+        if hole:  # records Faust never handed over: folded in first, in offset order
+            await correlate_records(corr, hole, outputs=True)
+            ack_read(hole)
         try:
             rec = orjson.loads(event.value)
         except orjson.JSONDecodeError as exc:

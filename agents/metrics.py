@@ -45,6 +45,10 @@ class WorkerMetrics:
         self.series = Gauge("lockstep_series", "Tracked series per input partition", ["origin"], registry=r)
         self.inventory_events = Gauge("lockstep_inventory_events", "Inventory events applied", registry=r)
         self.snapshots = Counter("lockstep_state_snapshots_total", "State snapshots written", ["table"], registry=r)
+        self.gaps = Counter("lockstep_input_gaps_total",
+                            "Holes in the offsets an agent was handed (records Faust never delivered), read from the "
+                            "broker and processed: filled (records found) or empty (markers, compaction)",
+                            ["topic", "outcome"], registry=r)
         self.stalls = Counter("lockstep_partition_stalls_total",
                               "Input partitions found not delivering with records waiting, resumed and re-read",
                               ["topic"], registry=r)

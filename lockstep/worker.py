@@ -92,6 +92,8 @@ class Worker:
             await self.web.stop()
         if self.app is not None:
             await self.app.stop()
+        if self.state is not None and self.state.ranges is not None:
+            await self.state.ranges.close()
         if self.reader is not None:
             await self.reader.stop()
         if self.silences is not None:

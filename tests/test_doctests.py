@@ -12,7 +12,8 @@ import models
 import streams
 
 PACKAGES = [models, streams]
-EXTRA = ["lockstep.render", "lockstep.replay", "lockstep.broker", "agents.carriers", "agents.topics"]
+EXTRA = ["lockstep.render", "lockstep.replay", "lockstep.broker", "agents.app", "agents.carriers", "agents.gaps",
+         "agents.stalls", "agents.topics"]
 
 
 def modules() -> list[str]:
