@@ -276,7 +276,9 @@ def build_app(
             items = kept
         if not items:
             return
-        hole = await read_hole(topic, partition, expected_next(pipe.last_offset, committed_of(topic, partition)),
+        last = pipe.last_offset
+        hole = await read_hole(topic, partition,
+                               expected_next(last, committed_of(topic, partition) if last is None else None),
                                items[0][1].offset)
         if hole:  # processed first, in offset order; acknowledged to Faust once their outputs are out
             items = [(_raw(m.value), Origin(topic, partition, m.offset, m.timestamp / 1000.0, m.key))
@@ -398,7 +400,7 @@ def build_app(
         # Up to the group's commit the outputs went out before (state only); a hole between the commit
         # and ``first`` is processed in full by ingest_partition (agents.gaps).
         upto = catch_up_until(snap, committed_of(topic, partition), first)
-        n = await catch_up(pipe, topic, partition, snap + 1, upto)
+        n = await catch_up(pipe, topic, partition, snap + 1, upto) if upto > snap + 1 else 0
         state.resume_caught_up += n
         resumes.labels(pipe.origin, "caught_up").inc()
         log.info("%s: restored state caught up over offsets %d..%d (%d messages, state only)", pipe.origin,
@@ -487,6 +489,8 @@ def build_app(
         worker having flushed them. Job points are not repeated (they would count twice)."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
+        if stop <= start:  # (an aiokafka consumer stopped right after its start raises CancelledError)
+            return 0
         consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
                                     fetch_max_wait_ms=50)
         await consumer.start()
@@ -630,7 +634,7 @@ def build_app(
         if emit is not None:
             return True
         upto = catch_up_until(snap, committed_of(cat.anomalies, partition), first)  # the rest: a hole
-        n = await correlate_range(corr, partition, snap + 1, upto, outputs=False)
+        n = await correlate_range(corr, partition, snap + 1, upto, outputs=False) if upto > snap + 1 else 0
         log.info("correlation partition %d: restored state caught up over offsets %d..%d (%d records, state only)",
                  partition, snap + 1, upto - 1, n)
         return True
@@ -672,8 +676,9 @@ def build_app(
         elif _seen(event.message.offset, event.message.timestamp, corr.last_offset, corr.last_record_ts):
             state.redelivered += 1  # delivered again (a seek back to the committed offset): already folded in
             return
+        prev = corr.last_offset
         hole = await read_hole(cat.anomalies, partition,
-                               expected_next(corr.last_offset, committed_of(cat.anomalies, partition)),
+                               expected_next(prev, committed_of(cat.anomalies, partition) if prev is None else None),
                                event.message.offset)
         if hole:  # records Faust never handed over: folded in first, in offset order
             await correlate_records(corr, hole, outputs=True)

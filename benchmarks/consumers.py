@@ -2,11 +2,15 @@
 
     python -m benchmarks.consumers bare  --bootstrap H:P --group G --topics T1,T2,...
     python -m benchmarks.consumers faust --bootstrap H:P --group G --topics T1,T2,...
+    python -m benchmarks.consumers faust-stock --bootstrap H:P --group G --topics T1,T2,...
 
 - ``bare``: an aiokafka consumer in a group that decodes every message with orjson and counts its
   samples (the floor any Kafka consumer in Python pays);
 - ``faust``: a Faust app with Lockstep's transport and commit settings and one agent that does
-  nothing with its events (the floor any Faust agent pays per message).
+  nothing with its events (the floor any Faust agent pays per message, with Lockstep's inline
+  hand-over from the fetcher: ``agents.transport``);
+- ``faust-stock``: the same agent with Faust's own hand-over (``Service.wait_first`` per message):
+  the do-nothing Faust agent of the issue's cost table, about 80 us per message.
 
 Both commit every second, like the worker, so ``lockstep bench`` measures all three the same way:
 from the group's committed offsets. They run until killed.
@@ -41,13 +45,34 @@ async def bare(bootstrap: str, group: str, topics: list[str]) -> None:
         await consumer.stop()
 
 
-def faust_noop(bootstrap: str, group: str, topics: list[str]) -> None:
+def stock_transport() -> type:
+    """Lockstep's transport with Faust's own fetcher loop (its per-message ``wait_first``) put back."""
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+
+    from agents import transport
+
+    class StockDrainConsumer(transport.LockstepConsumer):
+        _drain_messages = faust_aiokafka.Consumer._drain_messages
+
+    class StockDrainTransport(transport.Transport):
+        Consumer = StockDrainConsumer
+
+    return StockDrainTransport
+
+
+def faust_noop(bootstrap: str, group: str, topics: list[str], stock: bool = False) -> None:
     import faust
+    from faust.transport import drivers
 
     from agents import transport
 
     transport.register()
-    app = faust.App(group, broker=f"lockstep://{bootstrap}", store="memory://", web_enabled=False,
+    scheme = "lockstep"
+    if stock:
+        globals()["StockDrainTransport"] = stock_transport()
+        drivers.TRANSPORTS.aliases["lockstep-stock"] = f"{__name__}:StockDrainTransport"
+        scheme = "lockstep-stock"
+    app = faust.App(group, broker=f"{scheme}://{bootstrap}", store="memory://", web_enabled=False,
                     datadir=f"/tmp/lockstep-bench-faust-{group}",
                     topic_allow_declare=False, topic_disable_leader=True, consumer_auto_offset_reset="earliest",
                     broker_commit_interval=1.0, broker_session_timeout=10.0, broker_heartbeat_interval=1.0,
@@ -66,7 +91,7 @@ def faust_noop(bootstrap: str, group: str, topics: list[str]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=("bare", "faust"))
+    p.add_argument("mode", choices=("bare", "faust", "faust-stock"))
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--group", required=True)
     p.add_argument("--topics", required=True)
@@ -76,7 +101,7 @@ def main() -> None:
     if args.mode == "bare":
         asyncio.run(bare(args.bootstrap, args.group, topics))
     else:
-        faust_noop(args.bootstrap, args.group, topics)
+        faust_noop(args.bootstrap, args.group, topics, stock=args.mode == "faust-stock")
 
 
 if __name__ == "__main__":

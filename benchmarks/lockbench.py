@@ -396,7 +396,8 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
             f"({loaded['samples'] / loaded['messages']:.1f} samples/message, {gen.series:,} series)")
         rounds: dict[str, list[dict[str, Any]]] = {}
         for r in range(repeat):
-            for name, kind, n in (("bare", "bare", 1), ("faust_noop", "faust", 1), ("worker", "worker", 1),
+            for name, kind, n in (("bare", "bare", 1), ("faust_stock", "faust-stock", 1), ("faust_noop", "faust", 1),
+                                  ("worker", "worker", 1),
                                   ("worker_x2", "worker", 2), ("bare_x2", "bare", 2)):
                 run = await bench.throughput(f"batched-{name}-{r}", batched, loaded, kind, n)
                 rounds.setdefault(name, []).append(run.as_dict())
@@ -410,7 +411,8 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
         say(f"single: preloaded {sloaded['messages']:,} messages of one sample")
         srounds: dict[str, list[dict[str, Any]]] = {}
         for r in range(repeat):
-            for name, kind in (("bare", "bare"), ("faust_noop", "faust"), ("worker", "worker")):
+            for name, kind in (("bare", "bare"), ("faust_stock", "faust-stock"), ("faust_noop", "faust"),
+                               ("worker", "worker")):
                 run = await bench.throughput(f"single-{name}-{r}", single, sloaded, kind)
                 srounds.setdefault(name, []).append(run.as_dict())
                 say(f"  {name:12s} {run.samples_per_s or 0:>12,.0f} samples/s  rss {run.rss_mb}"

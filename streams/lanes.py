@@ -255,7 +255,12 @@ class JobSignals:
         self._compare_peers(float(upto), final=not math.isfinite(watermark))
         # Stats see each completed second once, in one sketch update (values carry their second's time).
         self.stats.add_batch(stat_keys, stat_ts, stat_values)
-        stats = self.stats.advance(watermark) if math.isfinite(watermark) else []
+        # At the end of input (an infinite watermark) the data ends with second ``upto``: boundaries up to
+        # its end are passed, even when no finite watermark was seen after them (a fast replay).
+        if math.isfinite(watermark):
+            stats = self.stats.advance(watermark)
+        else:
+            stats = self.stats.advance(float(upto) + 1.0) if math.isfinite(upto) else []
         stats += self.annotation_effects(watermark)
         return timelines, stats
 

@@ -13,7 +13,7 @@ import streams
 
 PACKAGES = [models, streams]
 EXTRA = ["lockstep.render", "lockstep.replay", "lockstep.broker", "agents.app", "agents.carriers", "agents.gaps",
-         "agents.stalls", "agents.topics"]
+         "agents.stalls", "agents.topics", "agents.transport"]
 
 
 def modules() -> list[str]:

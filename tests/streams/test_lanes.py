@@ -53,6 +53,20 @@ def test_end_of_input_flushes_everything() -> None:
     assert [r["ts"] for r in timelines] == [T + 3]
 
 
+def test_end_of_input_emits_the_stats_of_the_cadence_boundaries_the_data_passed() -> None:
+    # A fast replay: the watermark can jump from before the first boundary straight to the end.
+    s = JobSignals(SignalsConfig(stats=StatsConfig(cadence_s=10.0, windows=(10.0,))))
+    for k in range(25):
+        s.add(points("j", "step_time", (k, 1.0)))
+    assert [r["ts"] - T for r in s.advance(T + 5)[1]] == [0.0]
+    _, stats = s.advance(math.inf)
+    # The data ends at second 24: boundary 20 is passed. (10 is passed too, but its windows were rolled
+    # past by the later seconds folded in the same call: the rolling sketch reports the latest boundary.)
+    assert [r["ts"] - T for r in stats] == [20.0]
+    assert stats[0]["metrics"]["step_time"]["10"]["count"] > 0
+    assert JobSignals().advance(math.inf) == ([], [])  # no data at all: nothing, no error
+
+
 def test_lane_table() -> None:
     assert lane_of("nic", "retransmits") == "fabric_errors"
     assert lane_of("step", "step_time") == "step_time"
