@@ -42,7 +42,7 @@ from streams.detect import DetectorConfig
 from streams.inventory import InventoryIndex
 from streams.jobs import JobPartition
 from streams.lanes import SignalsConfig
-from streams.pipeline import Origin, PartitionPipeline
+from streams.pipeline import Origin, PartitionPipeline, PipelineOutput, merged_points_records
 from streams.rules import Rules
 from streams.snapshot import snapshot_due
 
@@ -122,6 +122,17 @@ class WorkerState:
     ranges: RangeReader | None = None
     ingested_messages: int = 0
     ingested_samples: int = 0
+
+
+@dataclass
+class Processed:
+    """One input partition's share of an ingest batch, processed (``out`` None: nothing new in it)."""
+
+    name: str
+    partition: int
+    pipe: PartitionPipeline
+    out: PipelineOutput | None
+    hole: list[Any]
 
 
 def build_app(
@@ -245,21 +256,25 @@ def build_app(
             for topic, partition in groups:
                 state.last_message[f"{topic}:{partition}"] = now
                 state.stalls.delivered(f"{topic}:{partition}", now)
+            done: list[Processed] = []
             for (topic, partition), group in groups.items():
                 try:
-                    await ingest_partition(topic, partition, group)
+                    done.append(await ingest_partition(topic, partition, group))
                 except Exception:  # a bug must not lose messages: retry one by one, park the one that fails
                     log.exception("ingest batch failed on %s[%s]; retrying its %d messages one by one", topic,
                                   partition, len(group))
                     for event in group:
                         try:
-                            await ingest_partition(topic, partition, [event])
+                            done.append(await ingest_partition(topic, partition, [event]))
                         except Exception as exc:
                             log.exception("ingest failed on %s[%s]@%s", topic, partition, event.message.offset)
                             await dead_letter(_dl("ingest", f"internal error: {exc!r}", event, error="InternalError"))
+            await finish_batch([p for p in done if p.out is not None])
             state.batch_started = None
 
-    async def ingest_partition(topic: str, partition: int, events: list[Any]) -> None:
+    async def ingest_partition(topic: str, partition: int, events: list[Any]) -> Processed:
+        """Process one input partition's messages of a batch and send their anomalies, clocks and dead
+        letters; what is per batch (points, progress, snapshots) is left to :func:`finish_batch`."""
         name = f"{topic}:{partition}"
         pipe = pipeline_for(name, partition)
         items = [(_raw(e.value), Origin(topic, partition, e.message.offset, e.message.timestamp, e.message.key))
@@ -275,7 +290,7 @@ def build_app(
             state.redelivered += len(items) - len(kept)
             items = kept
         if not items:
-            return
+            return Processed(name, partition, pipe, None, [])
         last = pipe.last_offset
         hole = await read_hole(topic, partition,
                                expected_next(last, committed_of(topic, partition) if last is None else None),
@@ -306,23 +321,38 @@ def build_app(
         for rec in out.anomalies:
             metrics.anomalies.labels(rec["layer"], rec["phase"]).inc()
             await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec))
-        for rec in out.points_records(name):
-            await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY))
         for rec in out.clocks:  # keyed by source: one partition raises the clock_skew alert
             await send(anomalies_topic, rec["source"].encode(), orjson.dumps(rec))
-        # Publish progress only after the anomalies it covers were handed to the producer.
-        if out.max_ts is not None and pipe.watermark is not None:
-            state.published_wm[name] = pipe.watermark
-            state.wm_dirty = True
-        if out.control == "eos":
-            state.eos.add(name)
+        return Processed(name, partition, pipe, out, hole)
+
+    async def finish_batch(done: list[Processed]) -> None:
+        """The per-batch outputs, in this order: one points record per job for all input partitions of the
+        batch (streams.pipeline.merged_points_records), then progress (watermarks), acknowledgements of
+        holes read around Faust, and the snapshots due. Progress and snapshots come after every output
+        of the messages they cover (a watermark never overtakes its points; a restore never skips them).
+        """
+        for rec in merged_points_records([(p.name, p.out) for p in done if p.out is not None]):
+            await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY))
+        eos = False
+        for p in done:
+            out, pipe, name = p.out, p.pipe, p.name
+            assert out is not None
+            if out.max_ts is not None and pipe.watermark is not None:
+                state.published_wm[name] = pipe.watermark
+                state.wm_dirty = True
+            if out.control == "eos":
+                state.eos.add(name)
+                eos = True
+            ack_read(p.hole)
+        if eos:
             await broadcast_watermarks()
-        ack_read(hole)
-        # Snapshots are staggered across the worker's partitions (streams.snapshot.snapshot_due).
-        if pipe.watermark is not None and snapshot_due(name, pipe.watermark, state.last_snapshot_wm.get(name),
-                                                       settings.snapshot_interval_s):
-            await write_snapshot(pipe, partition)
-            state.last_snapshot_wm[name] = pipe.watermark
+        for p in done:
+            pipe, name = p.pipe, p.name
+            # Snapshots are staggered across the worker's partitions (streams.snapshot.snapshot_due).
+            if pipe.watermark is not None and snapshot_due(name, pipe.watermark, state.last_snapshot_wm.get(name),
+                                                           settings.snapshot_interval_s):
+                await write_snapshot(pipe, p.partition)
+                state.last_snapshot_wm[name] = pipe.watermark
 
     async def write_snapshot(pipe: PartitionPipeline, partition: int) -> None:
         """Snapshot ``pipe`` (state after input offset ``pipe.last_offset``) into ``detector_state``.

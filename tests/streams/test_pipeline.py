@@ -108,3 +108,48 @@ def test_step_times_are_forwarded_per_worker_for_peer_comparison() -> None:
     # A switch counter is a job signal but not a per-worker one.
     out = p.process(orjson.dumps({"samples": [sample(T0 + 1.0, 0.0), sample(T0 + 2.0, 5.0)]}), ORIGIN)
     assert all("workers" not in r for r in out.points_records("o"))
+
+
+def test_one_points_record_per_job_per_batch_folds_exactly_like_one_per_partition() -> None:
+    """The worker merges a batch's points across its input partitions (merged_points_records): the
+    correlation side must end up with the same lanes, stats and straggler verdicts as from the
+    per-partition records."""
+    import math
+    import zlib
+
+    from lockstep.loadgen import LoadGenerator, LoadSpec
+    from streams.lanes import JobSignals
+    from streams.pipeline import merged_points_records
+
+    gen = LoadGenerator(LoadSpec(gpus=64, nodes_per_job=4, incidents=((0, 20),), incident_s=15.0, seed=3))
+    inv = InventoryIndex()
+    for doc in gen.inventory():
+        inv.apply(inventory_adapter.validate_python(doc))
+    pipes: dict[str, PartitionPipeline] = {}
+    per_partition, merged = JobSignals(), JobSignals()
+    got: dict[str, list[object]] = {"a": [], "b": []}
+    for k0 in range(0, 60, 2):  # batches of two scrapes
+        groups: dict[str, list[tuple[bytes, Origin]]] = {}
+        for k in (k0, k0 + 1):
+            for layer, key, value in gen.messages(k):
+                p = zlib.crc32(key) % 4
+                groups.setdefault(f"{layer}:{p}", []).append((value, Origin(layer, p, k)))
+        outs = []
+        for name, items in sorted(groups.items()):
+            pipe = pipes.setdefault(name, PartitionPipeline(name, DetectorConfig(), inv))
+            outs.append((name, pipe.process_many(items)))
+        for name, out in outs:
+            for rec in out.points_records(name):
+                per_partition.add(orjson.loads(orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY)))
+        records = merged_points_records(outs)
+        assert len(records) == len({r["job_id"] for _, out in outs for r in out.points_records("o")})
+        for rec in records:
+            merged.add(orjson.loads(orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY)))
+        wm = min(p.watermark for p in pipes.values() if p.watermark is not None)
+        for signals, key in ((per_partition, "a"), (merged, "b")):
+            timelines, stats = signals.advance(wm)
+            got[key].append((timelines, stats, [(e.lane, e.workers) for e in signals.peer_events]))
+    for signals, key in ((per_partition, "a"), (merged, "b")):
+        got[key].append(signals.advance(math.inf))
+    assert got["a"] == got["b"]
+    assert any(timelines for timelines, *_ in got["a"][:-1])  # the comparison is not of empty results
