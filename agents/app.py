@@ -118,6 +118,9 @@ class WorkerState:
     redelivered: int = 0  # messages delivered again at or before the offset already processed (skipped)
     #: when each assigned input partition (telemetry, anomalies) last delivered (see agents.stalls)
     stalls: StallWatch = field(default_factory=StallWatch)
+    #: snapshots taken, waiting for the producer flush that lets them be written (agents.app.drain_snapshots)
+    snapshot_queue: list[tuple[PartitionPipeline, bytes, int]] = field(default_factory=list)
+    snapshot_writer: asyncio.Future[None] | None = None
     #: reads holes in the offsets an agent was handed (agents.gaps); None in the agent test context
     ranges: RangeReader | None = None
     ingested_messages: int = 0
@@ -357,16 +360,37 @@ def build_app(
     async def write_snapshot(pipe: PartitionPipeline, partition: int) -> None:
         """Snapshot ``pipe`` (state after input offset ``pipe.last_offset``) into ``detector_state``.
 
-        Everything produced for the messages it covers is flushed first, so a snapshot that reached
-        the changelog never covers outputs that did not (see docs/performance.md, "Restart").
+        The snapshot is taken now and written by :func:`drain_snapshots` once everything sent before
+        it is on the broker, so a snapshot that reached the changelog never covers outputs that did not
+        (see docs/performance.md, "Restart"), and the ingest agent does not wait for that flush.
         """
-        if emit is None:
-            await app.producer.flush()
+        metrics.series.labels(pipe.origin).set(len(pipe.registry))
         blob = pipe.snapshot()
-        for key, value in snapshot_records(pipe.origin.encode(), blob):
+        if emit is not None:  # the agent test context: no producer to wait for
+            put_snapshot(pipe.origin, blob, partition)
+            return
+        state.snapshot_queue.append((pipe, blob, partition))
+        if state.snapshot_writer is None or state.snapshot_writer.done():
+            state.snapshot_writer = asyncio.ensure_future(drain_snapshots())
+
+    async def drain_snapshots() -> None:
+        """Write the queued snapshots after one producer flush that covers every output sent before
+        them; a snapshot of a pipeline revoked (or replaced) meanwhile is dropped: its owner writes its own."""
+        while state.snapshot_queue:
+            queued, state.snapshot_queue = state.snapshot_queue, []
+            try:
+                await app.producer.flush()
+            except Exception:
+                log.exception("producer flush before %d snapshots failed; they are not written", len(queued))
+                continue
+            for pipe, blob, partition in queued:
+                if state.pipelines.get(pipe.origin) is pipe:
+                    put_snapshot(pipe.origin, blob, partition)
+
+    def put_snapshot(origin: str, blob: bytes, partition: int) -> None:
+        for key, value in snapshot_records(origin.encode(), blob):
             table_put(detector_table, key, value, partition)
         metrics.snapshots.labels(DETECTOR_STATE_TABLE).inc()
-        metrics.series.labels(pipe.origin).set(len(pipe.registry))
 
     async def resume(pipe: PartitionPipeline, topic: str, partition: int,
                      items: list[tuple[bytes, Origin]]) -> list[tuple[bytes, Origin]]:
