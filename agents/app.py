@@ -294,13 +294,9 @@ def build_app(
             items = kept
         if not items:
             return Processed(name, partition, pipe, None, [])
-        last = pipe.last_offset
-        hole = await read_hole(topic, partition,
-                               expected_next(last, committed_of(topic, partition) if last is None else None),
-                               items[0][1].offset)
+        hole = await read_hole(topic, partition, pipe.last_offset, items[0][1].offset)
         if hole:  # processed first, in offset order; acknowledged to Faust once their outputs are out
-            items = [(_raw(m.value), Origin(topic, partition, m.offset, m.timestamp / 1000.0, m.key))
-                     for m in hole] + items
+            items = _items(hole) + items
         started = time.perf_counter()
         out = pipe.process_many(items)
         metrics.stage_seconds.labels("ingest_batch").observe(time.perf_counter() - started)
@@ -454,7 +450,7 @@ def build_app(
         # Up to the group's commit the outputs went out before (state only); a hole between the commit
         # and ``first`` is processed in full by ingest_partition (agents.gaps).
         upto = catch_up_until(snap, committed_of(topic, partition), first)
-        n = await catch_up(pipe, topic, partition, snap + 1, upto) if upto > snap + 1 else 0
+        n = await catch_up(pipe, topic, partition, snap + 1, upto)
         state.resume_caught_up += n
         resumes.labels(pipe.origin, "caught_up").inc()
         log.info("%s: restored state caught up over offsets %d..%d (%d messages, state only)", pipe.origin,
@@ -474,10 +470,14 @@ def build_app(
             return None
         return committed if isinstance(committed, int) else None
 
-    async def read_hole(topic: str, partition: int, expected: int | None, first: int | None) -> list[Any]:
-        """The records of ``[expected, first)`` when an agent was handed ``first`` but expected ``expected``:
-        records Faust lost between its fetcher and the agent (agents.gaps). Empty when there is no hole."""
-        if state.ranges is None or expected is None or first is None or first <= expected:
+    async def read_hole(topic: str, partition: int, last: int | None, first: int | None) -> list[Any]:
+        """The records an agent was not handed before ``first`` although it processed up to ``last`` (or, with
+        no state, although the group committed before them): records Faust lost between its fetcher and the
+        agent (agents.gaps). Empty when there is no hole."""
+        if state.ranges is None or first is None:
+            return []
+        expected = expected_next(last, committed_of(topic, partition) if last is None else None)
+        if expected is None or first <= expected:
             return []
         records = await state.ranges.read(topic, partition, expected, first)
         metrics.gaps.labels(topic, "filled" if records else "empty").inc()
@@ -515,25 +515,13 @@ def build_app(
 
     async def record_time(topic: str, partition: int, offset: int) -> float | None:
         """Kafka time (seconds) of the record at ``offset``; None if there is none or it cannot be read."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
-        consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
-                                    fetch_max_wait_ms=50)
-        await consumer.start()
+        assert state.ranges is not None  # only called with a broker (emit is None)
         try:
-            tp = TopicPartition(topic, partition)
-            consumer.assign([tp])
-            consumer.seek(tp, offset)
-            for _ in range(3):
-                batch = (await consumer.getmany(tp, timeout_ms=500, max_records=1)).get(tp, [])
-                if batch:
-                    return batch[0].timestamp / 1000.0 if batch[0].offset == offset else None
-            return None
+            records = await state.ranges.read(topic, partition, offset, offset + 1)
         except Exception:
             log.exception("could not read %s[%d] at offset %d", topic, partition, offset)
             return None
-        finally:
-            await consumer.stop()
+        return records[0].timestamp / 1000.0 if records else None
 
     async def catch_up(pipe: PartitionPipeline, topic: str, partition: int, start: int, stop: int) -> int:
         """Feed offsets ``[start, stop)`` of one partition to ``pipe`` to rebuild its state.
@@ -541,36 +529,19 @@ def build_app(
         Their outputs were produced before the commit; the anomaly episodes among them are produced
         again anyway (correlation takes a repeated episode once), so nothing depends on the previous
         worker having flushed them. Job points are not repeated (they would count twice)."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
-        if stop <= start:  # (an aiokafka consumer stopped right after its start raises CancelledError)
-            return 0
-        consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False,
-                                    fetch_max_wait_ms=50)
-        await consumer.start()
+        assert state.ranges is not None  # only called with a broker (emit is None)
         n = 0
         try:
-            tp = TopicPartition(topic, partition)
-            consumer.assign([tp])
-            consumer.seek(tp, start)
-            while await consumer.position(tp) < stop:
-                batch = (await consumer.getmany(tp, timeout_ms=1000, max_records=INGEST_BATCH_MESSAGES)).get(tp, [])
-                items = [(_raw(m.value), Origin(topic, partition, m.offset, m.timestamp / 1000.0, m.key))
-                         for m in batch if m.offset < stop]
-                if not batch:
-                    break
-                if items:
-                    out = pipe.process_many(items)
-                    n += len(items)
-                    for rec in out.anomalies:
-                        await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec))
-                    for rec in out.clocks:
-                        await send(anomalies_topic, rec["source"].encode(), orjson.dumps(rec))
+            async for records in state.ranges.chunks(topic, partition, start, stop, INGEST_BATCH_MESSAGES):
+                out = pipe.process_many(_items(records))
+                n += len(records)
+                for rec in out.anomalies:
+                    await send(anomalies_topic, rec["job_id"].encode(), orjson.dumps(rec))
+                for rec in out.clocks:
+                    await send(anomalies_topic, rec["source"].encode(), orjson.dumps(rec))
         except Exception:
             log.exception("%s: catching up over %d..%d failed after %d messages; the baselines miss the rest",
                           pipe.origin, start, stop - 1, n)
-        finally:
-            await consumer.stop()
         return n
 
     async def broadcast_watermarks() -> None:
@@ -688,7 +659,7 @@ def build_app(
         if emit is not None:
             return True
         upto = catch_up_until(snap, committed_of(cat.anomalies, partition), first)  # the rest: a hole
-        n = await correlate_range(corr, partition, snap + 1, upto, outputs=False) if upto > snap + 1 else 0
+        n = await correlate_range(corr, partition, snap + 1, upto, outputs=False)
         log.info("correlation partition %d: restored state caught up over offsets %d..%d (%d records, state only)",
                  partition, snap + 1, upto - 1, n)
         return True
@@ -699,12 +670,14 @@ def build_app(
         ``outputs`` is False (state only: their outputs went out before). Returns the records folded in."""
         if state.ranges is None:
             return 0
+        n = 0
         try:
-            records = await state.ranges.read(cat.anomalies, partition, start, stop)
+            async for records in state.ranges.chunks(cat.anomalies, partition, start, stop):
+                n += await correlate_records(corr, records, outputs)
         except Exception:
-            log.exception("correlation partition %d: reading %d..%d failed", partition, start, stop - 1)
-            return 0
-        return await correlate_records(corr, records, outputs)
+            log.exception("correlation partition %d: correlating %d..%d failed after %d records", partition, start,
+                          stop - 1, n)
+        return n
 
     async def correlate_records(corr: JobPartition, records: list[Any], outputs: bool) -> int:
         """Fold records read around Faust into ``corr`` (emitting what they produce when ``outputs``)."""
@@ -730,10 +703,7 @@ def build_app(
         elif _seen(event.message.offset, event.message.timestamp, corr.last_offset, corr.last_record_ts):
             state.redelivered += 1  # delivered again (a seek back to the committed offset): already folded in
             return
-        prev = corr.last_offset
-        hole = await read_hole(cat.anomalies, partition,
-                               expected_next(prev, committed_of(cat.anomalies, partition) if prev is None else None),
-                               event.message.offset)
+        hole = await read_hole(cat.anomalies, partition, corr.last_offset, event.message.offset)
         if hole:  # records Faust never handed over: folded in first, in offset order
             await correlate_records(corr, hole, outputs=True)
             ack_read(hole)
@@ -882,6 +852,11 @@ def _seen(offset: int | None, ts: float | None, last_offset: int | None, last_ts
     if offset is None or last_offset is None or offset > last_offset:
         return False
     return ts is None or last_ts is None or ts <= last_ts
+
+
+def _items(records: list[Any]) -> list[tuple[bytes, Origin]]:
+    """Pipeline items of aiokafka records read around Faust (Kafka time in milliseconds)."""
+    return [(_raw(m.value), Origin(m.topic, m.partition, m.offset, m.timestamp / 1000.0, m.key)) for m in records]
 
 
 def _raw(value: Any) -> bytes:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from agents.kafka import client_kwargs
@@ -106,6 +107,15 @@ class RangeReader:
                 if batch[-1].offset >= stop - 1:
                     break
             return out
+
+    async def chunks(self, topic: str, partition: int, start: int, stop: int,
+                     size: int = 4000) -> AsyncIterator[list[Any]]:
+        """:meth:`read` of ``[start, stop)`` in consecutive pieces of at most ``size`` offsets (a long range,
+        e.g. a rebuilt partition read from offset 0, is never held in memory whole)."""
+        for lo in range(start, stop, size):
+            records = await self.read(topic, partition, lo, min(lo + size, stop), max_records=size)
+            if records:
+                yield records
 
     async def close(self) -> None:
         async with self._lock:
