@@ -257,10 +257,8 @@ class JobSignals:
         self.stats.add_batch(stat_keys, stat_ts, stat_values)
         # At the end of input (an infinite watermark) the data ends with second ``upto``: boundaries up to
         # its end are passed, even when no finite watermark was seen after them (a fast replay).
-        if math.isfinite(watermark):
-            stats = self.stats.advance(watermark)
-        else:
-            stats = self.stats.advance(float(upto) + 1.0) if math.isfinite(upto) else []
+        end = watermark if math.isfinite(watermark) else float(upto) + 1.0
+        stats = self.stats.advance(end) if math.isfinite(end) else []
         stats += self.annotation_effects(watermark)
         return timelines, stats
 

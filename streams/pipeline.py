@@ -153,14 +153,7 @@ class PipelineOutput:
 
     def points_records(self, origin: str) -> list[dict[str, Any]]:
         """One ``points`` record per job (see :mod:`streams.lanes`)."""
-        out = []
-        for job, lanes in sorted(self.points.items()):
-            rec: dict[str, Any] = {"type": "points", "job_id": job, "lanes": lanes, "origin": origin}
-            workers = self.workers.get(job)
-            if workers:
-                rec["workers"] = workers
-            out.append(rec)
-        return out
+        return merged_points_records([(origin, self)])
 
 
 def merged_points_records(outputs: Sequence[tuple[str, PipelineOutput]]) -> list[dict[str, Any]]:
