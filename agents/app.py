@@ -30,6 +30,7 @@ import faust
 import orjson
 
 from agents import transport
+from agents.batching import take_batches
 from agents.carriers import attach_carriers
 from agents.gaps import RangeReader, catch_up_until, expected_next
 from agents.kafka import client_kwargs, faust_credentials
@@ -246,9 +247,9 @@ def build_app(
     async def ingest(stream: faust.StreamT[bytes]) -> None:
         # Many messages at once: one pipeline call per input partition per batch, so the array work
         # is paid per batch, not per message. Faust acks every event of a batch once it is handled.
-        # Up to ingest_batch_messages (all partitions) or what arrived within ingest_batch_within_s.
-        batches = stream.take_events(settings.ingest_batch_messages,  # type: ignore[attr-defined]
-                                     within=settings.ingest_batch_within_s)
+        # Up to ingest_batch_messages (all partitions), every ingest_batch_within_s, or at once with what
+        # queued up while a longer batch was handled (agents.batching).
+        batches = take_batches(stream, settings.ingest_batch_messages, settings.ingest_batch_within_s)
         async for events in batches:
             groups: dict[tuple[str, int], list[Any]] = {}
             now = time.monotonic()

@@ -41,6 +41,9 @@ class Run:
     samples_per_s: float | None = None
     rss_mb: list[float] = field(default_factory=list)
     finished: bool = False
+    cpu_cores: list[float] | None = None  # CPU used per process under test during the measured window
+    broker_cores: float | None = None  # the embedded broker's CPU in the same window
+    samples_per_cpu_s: float | None = None  # samples/s over the CPU the processes under test used
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -54,6 +57,17 @@ def rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds a process has used so far (``/proc/<pid>/stat``); None if gone."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def machine() -> dict[str, Any]:
@@ -78,10 +92,12 @@ def commit_of_head() -> str:
 class Bench:
     """A broker, settings and helpers shared by the measurements of one ``lockstep bench`` run."""
 
-    def __init__(self, bootstrap: str, partitions: int = 8, log_dir: Path | None = None) -> None:
+    def __init__(self, bootstrap: str, partitions: int = 8, log_dir: Path | None = None,
+                 broker_pid: int | None = None) -> None:
         from models.settings import LockstepSettings
 
         self.bootstrap = bootstrap
+        self.broker_pid = broker_pid
         self.run_id = uuid.uuid4().hex[:6]
         self.partitions = partitions
         self.log_dir = log_dir or Path("/tmp") / f"lockstep-bench-{self.run_id}"
@@ -121,6 +137,20 @@ class Bench:
             out.close()
         self.procs.append(proc)
         return proc
+
+    async def wait_consuming(self, proc: subprocess.Popen[bytes], tag: str, timeout: float = 120.0) -> float:
+        """Wait until the worker spawned as ``tag`` says it consumes (its group joined and partitions
+        assigned: ``lockstep worker: consuming from ...``); returns the seconds waited. The join takes
+        about half the rebalance timeout on the embedded broker, so a fixed sleep is not enough."""
+        started = time.monotonic()
+        log = self.log_dir / f"{tag}.log"
+        while time.monotonic() - started < timeout:
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker {tag} exited with {proc.returncode} before consuming; see {log}")
+            if log.exists() and b"lockstep worker: consuming from" in log.read_bytes():
+                return time.monotonic() - started
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"worker {tag} did not start consuming within {timeout:.0f} s; see {log}")
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is None:
@@ -172,14 +202,17 @@ class Bench:
 
     async def watch(self, run: Run, group: str, topics: list[str], procs: list[subprocess.Popen[bytes]],
                     timeout_s: float) -> Run:
-        """Poll the group's committed offsets until the backlog is consumed; fill ``run``."""
+        """Poll the group's committed offsets until the backlog is consumed; fill ``run``: the rate
+        (:func:`slope`), and the CPU the processes and the broker used over the same window."""
         points: list[tuple[float, int]] = []
+        cpu: dict[float, tuple[list[float | None], float | None]] = {}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             done = await self.committed(group, topics)
             now = time.monotonic()
             if not points or done != points[-1][1]:
                 points.append((now, done))
+                cpu[now] = ([cpu_seconds(p.pid) for p in procs], cpu_seconds(self.broker_pid))
             sizes = [rss_mb(p.pid) or 0.0 for p in procs]
             run.rss_mb = [round(max(a, b), 1) for a, b in zip(run.rss_mb or [0.0] * len(procs), sizes, strict=True)]
             if done >= run.messages:
@@ -193,6 +226,16 @@ class Bench:
             run.messages_per_s = round(rate, 1)
             run.samples_per_s = round(rate * run.samples / run.messages, 1)
             run.seconds = round(run.messages / rate, 2)
+            window = steady(points, run.messages)
+            (a, _), (b, _) = window[0], window[-1]
+            (procs_a, broker_a), (procs_b, broker_b) = cpu[a], cpu[b]
+            if b > a and None not in procs_a and None not in procs_b:
+                run.cpu_cores = [round((y - x) / (b - a), 3) for x, y in zip(procs_a, procs_b, strict=True)
+                                 if x is not None and y is not None]
+                used = sum(run.cpu_cores)
+                run.samples_per_cpu_s = round(run.samples_per_s / used, 1) if used > 0 else None
+            if b > a and broker_a is not None and broker_b is not None:
+                run.broker_cores = round((broker_b - broker_a) / (b - a), 3)
         return run
 
     async def throughput(self, name: str, settings: Any, loaded: dict[str, Any], kind: str, processes: int = 1,
@@ -242,17 +285,27 @@ def median_runs(rounds: dict[str, list[dict[str, Any]]], figure: str = "samples_
     return out
 
 
-def slope(points: list[tuple[float, int]], total: int) -> float | None:
-    """Messages/s: least-squares slope of (time, committed) once consumption has started and before
-    the last 5% of ``total`` (start-up and the final commit do not count); None with < 3 points.
+def steady(points: list[tuple[float, int]], total: int) -> list[tuple[float, int]]:
+    """The (time, committed) points a rate is fitted to: once consumption has started and before the
+    last 5% of ``total`` (start-up and the final commit do not count); fewer points when there are few.
 
-    >>> slope([(0.0, 0), (1.0, 100), (2.0, 200), (3.0, 300), (4.0, 400)], 1000)
-    100.0
+    >>> steady([(0.0, 0), (1.0, 100), (2.0, 200), (3.0, 300), (4.0, 400), (5.0, 990)], 1000)
+    [(2.0, 200), (3.0, 300), (4.0, 400)]
     """
     started = [(t, n) for t, n in points if n > 0]
     mid = [(t, n) for t, n in started[1:] if n <= 0.95 * total] if len(started) > 3 else started
     if len(mid) < 3:
         mid = [(t, n) for t, n in points if n <= 0.95 * total] or points
+    return mid
+
+
+def slope(points: list[tuple[float, int]], total: int) -> float | None:
+    """Messages/s: least-squares slope of (time, committed) over :func:`steady` points; None with < 2.
+
+    >>> slope([(0.0, 0), (1.0, 100), (2.0, 200), (3.0, 300), (4.0, 400)], 1000)
+    100.0
+    """
+    mid = steady(points, total)
     if len(mid) < 2:
         return None
     t = np.array([p[0] for p in mid])
@@ -338,7 +391,7 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
 
     reader = asyncio.create_task(read_alerts())
     try:
-        await asyncio.sleep(12.0)  # the worker loads the inventory and joins the group
+        await bench.wait_consuming(worker, "latency-worker")  # measured from steady state, not start-up
         scrapes = warmup + incidents * spacing + 30
         summary = await produce(settings, bench.bootstrap, spec, rate=rate, scrapes=scrapes,
                                 on_scrape=lambda k, ts, wall: acked.__setitem__(k, wall))
@@ -372,7 +425,8 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
             "worker_rss_mb": rss}
 
 
-async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat: int = 1) -> dict[str, Any]:
+async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat: int = 1,
+                  broker_pid: int | None = None) -> dict[str, Any]:
     """Every measurement of ``lockstep bench``; returns the JSON document.
 
     With ``repeat`` > 1 the throughput runs and the latency run are repeated (interleaved, baselines
@@ -382,7 +436,7 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
     """
     from lockstep.loadgen import LoadGenerator, LoadSpec
 
-    bench = Bench(bootstrap)
+    bench = Bench(bootstrap, broker_pid=broker_pid)
     out: dict[str, Any] = {"machine": machine(), "commit": commit_of_head(), "quick": quick,
                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:

@@ -12,8 +12,8 @@ import models
 import streams
 
 PACKAGES = [models, streams]
-EXTRA = ["lockstep.render", "lockstep.replay", "lockstep.broker", "agents.app", "agents.carriers", "agents.gaps",
-         "agents.stalls", "agents.topics", "agents.transport"]
+EXTRA = ["lockstep.render", "lockstep.replay", "lockstep.broker", "agents.app", "agents.batching", "agents.carriers",
+         "agents.gaps", "agents.stalls", "agents.topics", "agents.transport"]
 
 
 def modules() -> list[str]:

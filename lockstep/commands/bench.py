@@ -54,6 +54,20 @@ def _p99s(lat: dict[str, Any]) -> str:
     return f"; median of {len(rounds)} runs, p99 " + ", ".join(f"{x} s" for x in rounds) if len(rounds) > 1 else ""
 
 
+def _cores(run: dict[str, Any]) -> str:
+    """``0.93+0.88 (broker 0.31)``: the CPU each process under test and the broker used while measured."""
+    cores = run.get("cpu_cores")
+    if not cores:
+        return "n/a"
+    broker = run.get("broker_cores")
+    return "+".join(f"{c:.2f}" for c in cores) + (f" (broker {broker:.2f})" if broker is not None else "")
+
+
+def _per_cpu(run: dict[str, Any]) -> str:
+    v = run.get("samples_per_cpu_s")
+    return f"{v:,.0f}" if v else "n/a"
+
+
 def table(doc: dict[str, Any]) -> str:
     """The Markdown table of one bench document (what docs/performance.md shows)."""
     b = doc["batched"]["runs"]
@@ -75,6 +89,7 @@ def table(doc: dict[str, Any]) -> str:
     w2 = b["worker_x2"].get("samples_per_s")
     bare1 = b["bare"].get("samples_per_s")
     bare2 = b["bare_x2"].get("samples_per_s")
+    per_cpu1 = b["worker"].get("samples_per_cpu_s")
     rows = [
         "| figure | Lockstep | baseline (same run) | ratio | goal |",
         "|---|---|---|---|---|",
@@ -105,6 +120,10 @@ def table(doc: dict[str, Any]) -> str:
         f"| scaling, 8 partitions: 2 worker processes vs 1 | {sps(b['worker_x2'])} | 1 worker {sps(b['worker'])}; "
         f"bare 2 vs 1: {_ratio(bare2, bare1)} | {_ratio(w2, w1)}{_round_ratios(b['worker_x2'], b['worker'])} | "
         f">= 1.7x where cores allow |",
+        f"| scaling: CPU the workers got (cores; broker) / samples per worker CPU-second | 2 workers "
+        f"{_cores(b['worker_x2'])} / {_per_cpu(b['worker_x2'])} | 1 worker {_cores(b['worker'])} / "
+        f"{_per_cpu(b['worker'])} | {_ratio(b['worker_x2'].get('samples_per_cpu_s'), per_cpu1)} per CPU-second | "
+        f"(what limits the ratio above) |",
     ]
     head = (f"Commit `{doc['commit']}`, {doc['started']}; machine: {m['cpu']}, {m['cores']} cores shared with the "
             f"broker and other engineers' work, Python {m['python']}{' (quick run)' if doc.get('quick') else ''}.")
@@ -136,7 +155,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         bootstrap = broker.bootstrap
     try:
         return await run_all(bootstrap, quick=args.quick, say=lambda line: print(line, flush=True),
-                             repeat=max(1, args.repeat))
+                             repeat=max(1, args.repeat), broker_pid=broker.pid if broker is not None else None)
     finally:
         if broker is not None:
             broker.stop()
