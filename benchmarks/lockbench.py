@@ -106,6 +106,7 @@ class Bench:
             _env_file=None, kafka_bootstrap_servers=bootstrap, partitions=partitions,
             topic_prefix=f"b{self.run_id}.", app_id=f"bench-{self.run_id}", data_dir=self.log_dir)
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: dict[int, Path] = {}  # pid -> its log file
         self._offset_readers: dict[str, Any] = {}
 
     def with_prefix(self, name: str) -> Any:
@@ -136,21 +137,22 @@ class Bench:
         finally:
             out.close()
         self.procs.append(proc)
+        self.logs[proc.pid] = self.log_dir / f"{tag}.log"
         return proc
 
-    async def wait_consuming(self, proc: subprocess.Popen[bytes], tag: str, timeout: float = 120.0) -> float:
-        """Wait until the worker spawned as ``tag`` says it consumes (its group joined and partitions
+    async def wait_consuming(self, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> float:
+        """Wait until the worker ``proc`` says it consumes (its group joined and partitions
         assigned: ``lockstep worker: consuming from ...``); returns the seconds waited. The join takes
         about half the rebalance timeout on the embedded broker, so a fixed sleep is not enough."""
         started = time.monotonic()
-        log = self.log_dir / f"{tag}.log"
+        log = self.logs[proc.pid]
         while time.monotonic() - started < timeout:
             if proc.poll() is not None:
-                raise RuntimeError(f"worker {tag} exited with {proc.returncode} before consuming; see {log}")
+                raise RuntimeError(f"worker {log.stem} exited with {proc.returncode} before consuming; see {log}")
             if log.exists() and b"lockstep worker: consuming from" in log.read_bytes():
                 return time.monotonic() - started
             await asyncio.sleep(0.2)
-        raise TimeoutError(f"worker {tag} did not start consuming within {timeout:.0f} s; see {log}")
+        raise TimeoutError(f"worker {log.stem} did not start consuming within {timeout:.0f} s; see {log}")
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is None:
@@ -391,7 +393,7 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
 
     reader = asyncio.create_task(read_alerts())
     try:
-        await bench.wait_consuming(worker, "latency-worker")  # measured from steady state, not start-up
+        await bench.wait_consuming(worker)  # measured from steady state, not start-up
         scrapes = warmup + incidents * spacing + 30
         summary = await produce(settings, bench.bootstrap, spec, rate=rate, scrapes=scrapes,
                                 on_scrape=lambda k, ts, wall: acked.__setitem__(k, wall))
