@@ -13,7 +13,7 @@ import streams
 
 PACKAGES = [models, streams]
 EXTRA = ["lockstep.render", "lockstep.replay", "lockstep.broker", "agents.app", "agents.batching", "agents.carriers",
-         "agents.gaps", "agents.stalls", "agents.topics", "agents.transport"]
+         "agents.gaps", "agents.stalls", "agents.topics", "agents.transport", "lockstep.commands.bench"]
 
 
 def modules() -> list[str]:
