@@ -112,8 +112,9 @@ class LockstepSettings(BaseSettings):
         "processes as one batch"
     )
     ingest_batch_within_s: float = Field(
-        default=0.2, gt=0, le=5, description="Wall seconds the ingest agent waits to fill a batch; shorter lowers "
-        "alert latency but costs throughput (each batch pays a fixed cost per input partition)"
+        default=0.2, gt=0, le=5, description="Cadence of the ingest agent's batches (wall seconds "
+        "from one batch to the next; a batch that took longer is followed at once by what queued up); shorter "
+        "lowers alert latency but costs throughput (each batch pays a fixed cost per input partition)"
     )
     watermark_idle_s: float = Field(
         default=10.0, gt=0, description="An input partition with no new data this long (wall time) stops holding "
