@@ -22,6 +22,10 @@ from typing import Any
 
 from mode.utils.futures import notify
 
+#: Event-loop turns without the drainer moving a queued event after which a due batch is handed over
+#: as it is (or, when empty, waits for an event instead of spinning).
+STALLED_TURNS = 100
+
 
 def batch_due(now: float, opened: float, within: float, buffered: int, queued: bool, max_: int) -> bool:
     """Whether a batch holding ``buffered`` events closes now.
@@ -96,9 +100,18 @@ async def take_batches(stream: Any, max_: int, within: float,
                 arrived.clear()
                 await stream.wait_for_stopped(arrived)
                 continue
+            idle = 0  # turns in which the drainer moved nothing although events are queued
             while not stream.should_stop and not batch_due(clock(), opened, within, len(buffer),
                                                            not channel_queue.empty(), max_):
-                await asyncio.sleep(0)  # let the drainer move what is queued
+                before = len(buffer)
+                await asyncio.sleep(0)  # let the drainer move what is queued (one event per turn)
+                idle = idle + 1 if len(buffer) == before else 0
+                if idle >= STALLED_TURNS:  # it is not moving them (flow suspended?): do not spin
+                    if buffer:
+                        break
+                    arrived.clear()
+                    await stream.wait_for_stopped(arrived, timeout=within)
+                    idle = 0
             if not buffer:
                 continue
             opened = clock()
