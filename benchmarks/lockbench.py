@@ -25,6 +25,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from benchmarks import cpulimit
+from benchmarks.cpulimit import CpuBudget
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -44,6 +47,7 @@ class Run:
     cpu_cores: list[float] | None = None  # CPU used per process under test during the measured window
     broker_cores: float | None = None  # the embedded broker's CPU in the same window
     samples_per_cpu_s: float | None = None  # samples/s over the CPU the processes under test used
+    cpu_budget: float | None = None  # cores each process under test was limited to (benchmarks.cpulimit)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -107,6 +111,7 @@ class Bench:
             topic_prefix=f"b{self.run_id}.", app_id=f"bench-{self.run_id}", data_dir=self.log_dir)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: dict[int, Path] = {}  # pid -> its log file
+        self.groups: dict[int, Path] = {}  # pid -> the cgroup holding it to a CPU budget
         self._offset_readers: dict[str, Any] = {}
 
     def with_prefix(self, name: str) -> Any:
@@ -114,7 +119,8 @@ class Bench:
                                                 "app_id": f"bench-{self.run_id}-{name}"})
 
     # -- processes ------------------------------------------------------------------------------
-    def spawn_worker(self, settings: Any, tag: str, extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def spawn_worker(self, settings: Any, tag: str, extra: dict[str, str] | None = None,
+                     cpu: CpuBudget | None = None) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
         env.update({"LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix,
                     "LOCKSTEP_APP_ID": settings.app_id, "LOCKSTEP_PARTITIONS": str(self.partitions),
@@ -122,22 +128,29 @@ class Bench:
                     "LOCKSTEP_WEB_PORT": "0",
                     "PYTHONPATH": str(REPO)})
         env.update(extra or {})
-        return self._spawn([sys.executable, "-m", "lockstep.cli", "worker"], env, tag)
+        return self._spawn([sys.executable, "-m", "lockstep.cli", "worker"], env, tag, cpu)
 
     def spawn_baseline(self, mode: str, group: str, topics: list[str], tag: str) -> subprocess.Popen[bytes]:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         return self._spawn([sys.executable, "-m", "benchmarks.consumers", mode, "--bootstrap", self.bootstrap,
                             "--group", group, "--topics", ",".join(topics)], env, tag)
 
-    def _spawn(self, cmd: list[str], env: dict[str, str], tag: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, cmd: list[str], env: dict[str, str], tag: str,
+               cpu: CpuBudget | None = None) -> subprocess.Popen[bytes]:
+        """Start ``cmd`` logging to ``<tag>.log``; with ``cpu``, inside its own cgroup with that budget
+        from its first instruction."""
+        group = cpu.create(f"lockstep-bench-{self.run_id}-{tag}") if cpu is not None else None
         out = open(self.log_dir / f"{tag}.log", "ab")  # noqa: SIM115 - handed to the child
         try:
             proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True,
+                                    preexec_fn=(lambda: cpulimit.enter(group)) if group is not None else None)
         finally:
             out.close()
         self.procs.append(proc)
         self.logs[proc.pid] = self.log_dir / f"{tag}.log"
+        if group is not None:
+            self.groups[proc.pid] = group
         return proc
 
     async def wait_consuming(self, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> float:
@@ -164,6 +177,9 @@ class Bench:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
+        group = self.groups.pop(proc.pid, None)
+        if group is not None:
+            cpulimit.remove(group)
 
     def stop_all(self) -> None:
         for proc in self.procs:
@@ -241,16 +257,18 @@ class Bench:
         return run
 
     async def throughput(self, name: str, settings: Any, loaded: dict[str, Any], kind: str, processes: int = 1,
-                         timeout_s: float = 60.0) -> Run:
-        """Rate of ``processes`` of ``kind`` over the backlog (until consumed, or ``timeout_s``)."""
+                         timeout_s: float = 60.0, cpu: CpuBudget | None = None) -> Run:
+        """Rate of ``processes`` of ``kind`` over the backlog (until consumed, or ``timeout_s``); workers
+        each held to the ``cpu`` budget when one is given."""
         topics = TopicNames(settings).telemetry
-        run = Run(name, processes, loaded["messages"], loaded["samples"])
+        run = Run(name, processes, loaded["messages"], loaded["samples"],
+                  cpu_budget=cpu.cores if cpu is not None else None)
         group = f"{settings.app_id}-{kind}-{processes}-{uuid.uuid4().hex[:4]}"
         procs = []
         for i in range(processes):
             tag = f"{name}-{i}"
             if kind == "worker":
-                procs.append(self.spawn_worker(settings.model_copy(update={"app_id": group}), tag))
+                procs.append(self.spawn_worker(settings.model_copy(update={"app_id": group}), tag, cpu=cpu))
             else:
                 procs.append(self.spawn_baseline(kind, group, topics, tag))
         try:
@@ -428,8 +446,12 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
 
 
 async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat: int = 1,
-                  broker_pid: int | None = None) -> dict[str, Any]:
+                  broker_pid: int | None = None, worker_cores: float | None = 0.6) -> dict[str, Any]:
     """Every measurement of ``lockstep bench``; returns the JSON document.
+
+    ``worker_cores``: the scaling runs are repeated with each worker process held to that many cores
+    (:mod:`benchmarks.cpulimit`), so that two workers and the broker fit in the machine; None (or no
+    writable cgroup) skips them and the document says why.
 
     With ``repeat`` > 1 the throughput runs and the latency run are repeated (interleaved, baselines
     included, so each round has its own same-conditions ratio) and the document keeps the run with the
@@ -450,16 +472,23 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
         loaded = await bench.preload(batched, spec, scrapes)
         say(f"batched: preloaded {loaded['messages']:,} messages, {loaded['samples']:,} samples "
             f"({loaded['samples'] / loaded['messages']:.1f} samples/message, {gen.series:,} series)")
+        cpu, why = cpulimit.budget(worker_cores)
+        say(f"scaling at a CPU budget: {why}")
+        plan: list[tuple[str, str, int, CpuBudget | None]] = [
+            ("bare", "bare", 1, None), ("faust_stock", "faust-stock", 1, None), ("faust_noop", "faust", 1, None),
+            ("worker", "worker", 1, None), ("worker_x2", "worker", 2, None), ("bare_x2", "bare", 2, None)]
+        if cpu is not None:
+            plan += [("worker_budget", "worker", 1, cpu), ("worker_budget_x2", "worker", 2, cpu)]
         rounds: dict[str, list[dict[str, Any]]] = {}
         for r in range(repeat):
-            for name, kind, n in (("bare", "bare", 1), ("faust_stock", "faust-stock", 1), ("faust_noop", "faust", 1),
-                                  ("worker", "worker", 1),
-                                  ("worker_x2", "worker", 2), ("bare_x2", "bare", 2)):
-                run = await bench.throughput(f"batched-{name}-{r}", batched, loaded, kind, n)
+            for name, kind, n, limit in plan:
+                run = await bench.throughput(f"batched-{name}-{r}", batched, loaded, kind, n, cpu=limit,
+                                             timeout_s=60.0 if limit is None else 90.0)
                 rounds.setdefault(name, []).append(run.as_dict())
-                say(f"  {name:12s} {run.samples_per_s or 0:>12,.0f} samples/s {run.messages_per_s or 0:>10,.0f} msg/s"
-                    f"  rss {run.rss_mb}  finished={run.finished}")
-        out["batched"] = {"loaded": loaded, "runs": median_runs(rounds)}
+                say(f"  {name:16s} {run.samples_per_s or 0:>12,.0f} samples/s "
+                    f"{run.messages_per_s or 0:>10,.0f} msg/s  cpu {run.cpu_cores}  rss {run.rss_mb}  "
+                    f"finished={run.finished}")
+        out["batched"] = {"loaded": loaded, "runs": median_runs(rounds), "cpu_budget": why}
         # 2. one sample per message
         sspec = LoadSpec(gpus=64, single=True)
         single = bench.with_prefix("single")

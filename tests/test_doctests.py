@@ -13,7 +13,8 @@ import streams
 
 PACKAGES = [models, streams]
 EXTRA = ["lockstep.render", "lockstep.replay", "lockstep.broker", "agents.app", "agents.batching", "agents.carriers",
-         "agents.gaps", "agents.stalls", "agents.topics", "agents.transport", "lockstep.commands.bench"]
+         "agents.gaps", "agents.stalls", "agents.topics", "agents.transport", "lockstep.commands.bench",
+         "benchmarks.lockbench", "benchmarks.cpulimit"]
 
 
 def modules() -> list[str]:

@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="smaller backlogs (a minute or two)")
     p.add_argument("--no-docs", action="store_true", help="do not rewrite the table in docs/performance.md")
     p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/<commit>.json)")
+    p.add_argument("--worker-cores", type=float, default=0.6, metavar="CORES",
+                   help="repeat the scaling runs with each worker held to this many cores by a cgroup CPU quota, "
+                        "so two workers and the broker fit in the machine (0: skip; needs a writable cgroup)")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="repeat the throughput and latency runs N times and report the medians (default 1)")
 
@@ -82,6 +85,22 @@ def _cores(run: dict[str, Any]) -> str:
 def _per_cpu(run: dict[str, Any]) -> str:
     v = run.get("samples_per_cpu_s")
     return f"{v:,.0f}" if v else "n/a"
+
+
+def _budget_row(doc: dict[str, Any]) -> str:
+    """The scaling row at a fixed CPU budget per worker (benchmarks.cpulimit), or why it was not measured.
+
+    >>> _budget_row({"batched": {"runs": {}, "cpu_budget": "no writable cgroup cpu controller under /x"}})
+    '| scaling at a CPU budget per worker: 2 worker processes vs 1 | n/a | ... | >= 1.7x where cores allow |'
+    """
+    b = doc["batched"]
+    one, two = b["runs"].get("worker_budget"), b["runs"].get("worker_budget_x2")
+    label = "| scaling at a CPU budget per worker: 2 worker processes vs 1 |"
+    if not one or not two:
+        return f"{label} n/a | not measured: {b.get('cpu_budget', 'older bench')} | - | >= 1.7x where cores allow |"
+    sps1, sps2 = one.get("samples_per_s"), two.get("samples_per_s")
+    return (f"{label} {sps2 or 0:,.0f} ({two.get('cpu_budget')} core each; got {_cores(two)}) | 1 worker "
+            f"{sps1 or 0:,.0f} (got {_cores(one)}) | {_paired(two, one)} | >= 1.7x where cores allow |")
 
 
 def table(doc: dict[str, Any]) -> str:
@@ -135,6 +154,7 @@ def table(doc: dict[str, Any]) -> str:
         f"{_cores(b['worker_x2'])} / {_per_cpu(b['worker_x2'])} | 1 worker {_cores(b['worker'])} / "
         f"{_per_cpu(b['worker'])} | {_ratio(b['worker_x2'].get('samples_per_cpu_s'), per_cpu1)} per CPU-second | "
         f"(what limits the ratio above) |",
+        _budget_row(doc),
     ]
     head = (f"Commit `{doc['commit']}`, {doc['started']}; machine: {m['cpu']}, {m['cores']} cores shared with the "
             f"broker and other engineers' work, Python {m['python']}{' (quick run)' if doc.get('quick') else ''}.")
@@ -166,7 +186,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         bootstrap = broker.bootstrap
     try:
         return await run_all(bootstrap, quick=args.quick, say=lambda line: print(line, flush=True),
-                             repeat=max(1, args.repeat), broker_pid=broker.pid if broker is not None else None)
+                             repeat=max(1, args.repeat), broker_pid=broker.pid if broker is not None else None,
+                             worker_cores=args.worker_cores or None)
     finally:
         if broker is not None:
             broker.stop()
