@@ -21,5 +21,6 @@ def setup_logging(level: str = "info", stream: object = None) -> None:
     root.setLevel(numeric)
     for name in _NOISY:
         logging.getLogger(name).setLevel(logging.DEBUG if numeric <= logging.DEBUG else logging.ERROR)
-    # Faust reports consumer/broker trouble at WARNING; keep those visible.
-    logging.getLogger("faust.transport").setLevel(max(numeric, logging.WARNING))
+    # Faust reports consumer/broker trouble and aborted rebalance recoveries at WARNING; keep those visible.
+    for name in ("faust.transport", "faust.tables.recovery"):
+        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
