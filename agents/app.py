@@ -120,7 +120,8 @@ class WorkerState:
     #: when each assigned input partition (telemetry, anomalies) last delivered (see agents.stalls)
     stalls: StallWatch = field(default_factory=StallWatch)
     #: snapshots taken, waiting for the producer flush that lets them be written (agents.app.drain_snapshots)
-    snapshot_queue: list[tuple[PartitionPipeline, bytes, int]] = field(default_factory=list)
+    #: snapshots taken and waiting for the producer flush that must precede them: (still owned?, write)
+    snapshot_queue: list[tuple[Callable[[], bool], Callable[[], None]]] = field(default_factory=list)
     snapshot_writer: asyncio.Future[None] | None = None
     #: reads holes in the offsets an agent was handed (agents.gaps); None in the agent test context
     ranges: RangeReader | None = None
@@ -366,13 +367,20 @@ def build_app(
         if emit is not None:  # the agent test context: no producer to wait for
             put_snapshot(pipe.origin, blob, partition)
             return
-        state.snapshot_queue.append((pipe, blob, partition))
+        queue_snapshot(lambda: state.pipelines.get(pipe.origin) is pipe,
+                       lambda: put_snapshot(pipe.origin, blob, partition))
+
+    def queue_snapshot(owned: Callable[[], bool], write: Callable[[], None]) -> None:
+        """Write a snapshot (taken already) once everything sent before it is on the broker, without
+        holding up the agent that took it (:func:`drain_snapshots`)."""
+        state.snapshot_queue.append((owned, write))
         if state.snapshot_writer is None or state.snapshot_writer.done():
             state.snapshot_writer = asyncio.ensure_future(drain_snapshots())
 
     async def drain_snapshots() -> None:
         """Write the queued snapshots after one producer flush that covers every output sent before
-        them; a snapshot of a pipeline revoked (or replaced) meanwhile is dropped: its owner writes its own."""
+        them, in the order they were taken; a snapshot whose owner was revoked (or replaced) meanwhile is
+        dropped: the next owner restores the last one written and writes its own."""
         while state.snapshot_queue:
             queued, state.snapshot_queue = state.snapshot_queue, []
             try:
@@ -380,9 +388,9 @@ def build_app(
             except Exception:
                 log.exception("producer flush before %d snapshots failed; they are not written", len(queued))
                 continue
-            for pipe, blob, partition in queued:
-                if state.pipelines.get(pipe.origin) is pipe:
-                    put_snapshot(pipe.origin, blob, partition)
+            for owned, write in queued:
+                if owned():
+                    write()
 
     def put_snapshot(origin: str, blob: bytes, partition: int) -> None:
         for key, value in snapshot_records(origin.encode(), blob):
@@ -732,11 +740,21 @@ def build_app(
         last = state.last_correlator_snapshot.get(partition, -math.inf)
         if out.changed or out.finished or (math.isfinite(wm) and wm - last >= settings.snapshot_interval_s):
             # Outputs first, then the state that produced them: a crash never leaves a snapshot whose
-            # alerts were lost (restart skips what a snapshot holds; see docs/performance.md).
+            # alerts were lost (restart skips what a snapshot holds; see docs/performance.md). The
+            # snapshot is taken now and written after the producer flush, off this agent's path.
+            blob = corr.snapshot()
+
+            def put_correlator(blob: bytes = blob, partition: int = partition) -> None:
+                for key, value in snapshot_records(str(partition).encode(), blob):
+                    table_put(correlator_table, key, value, partition)
+
+            def owned(corr: JobPartition = corr, partition: int = partition) -> bool:
+                return state.correlators.get(partition) is corr
+
             if emit is None:
-                await app.producer.flush()
-            for key, value in snapshot_records(str(partition).encode(), corr.snapshot()):
-                table_put(correlator_table, key, value, partition)
+                queue_snapshot(owned, put_correlator)
+            else:  # the agent test context: no producer to wait for
+                put_correlator()
             state.last_correlator_snapshot[partition] = wm if math.isfinite(wm) else last
             metrics.snapshots.labels(CORRELATOR_STATE_TABLE).inc()
         if out.finished:
@@ -759,9 +777,10 @@ def build_app(
         by_name = {f"{tp.topic}:{tp.partition}": tp for tp in assigned}
         state.stalls.assigned(by_name, now)
         busy = state.batch_started is not None or bool(state.resume_check) or bool(state.correlator_resume_check)
-        suspects = {}
+        suspects, silent = {}, {}
         for name in state.stalls.suspects(now, busy):
             tp = by_name[name]
+            silent[tp] = state.stalls.silent_for(name, now)
             state.stalls.healed(name, now)
             # The last offset this worker processed (Faust may have read further: a stall seen here was
             # records read by the consumer that never reached the agent); else where the group committed.
@@ -772,7 +791,7 @@ def build_app(
                 # Processed further than the group's commit, which no longer moves: a message was never
                 # acknowledged. Read again from the commit (what is already in the state is skipped).
                 await reread(tp, committed, f"committed offset {committed} stuck behind the processed offset "
-                                            f"{processed}")
+                                            f"{processed}", silent[tp])
             elif processed is not None:
                 suspects[tp] = processed + 1
             elif committed is not None:
@@ -780,13 +799,14 @@ def build_app(
         if not suspects:
             return
         for tp in sorted(await records_at(suspects)):
-            await reread(tp, suspects[tp], f"nothing processed although offset {suspects[tp]} is on the broker")
+            await reread(tp, suspects[tp], f"nothing processed although offset {suspects[tp]} is on the broker",
+                         silent[tp])
 
-    async def reread(tp: Any, offset: int, why: str) -> None:
+    async def reread(tp: Any, offset: int, why: str, idle_s: float) -> None:
         """Log a stalled partition with Faust's view of it, count it, resume it and read it again from ``offset``."""
         consumer: Any = app.consumer
         log.warning("%s:%d: %s (idle %.0f s; Faust: read up to %s, committed %s, active=%s buffered=%s paused=%s); "
-                    "resuming it and reading again from %d", tp.topic, tp.partition, why, state.stalls.stall_after_s,
+                    "resuming it and reading again from %d", tp.topic, tp.partition, why, idle_s,
                     consumer._read_offset.get(tp), consumer._committed_offset.get(tp),
                     tp in (consumer._active_partitions or ()), tp in consumer._buffered_partitions,
                     tp in consumer._paused_partitions, offset)
