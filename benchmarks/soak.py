@@ -37,7 +37,7 @@ async def soak(minutes: float, rate: float, gpus: int) -> dict[str, Any]:
         per_message = LoadGenerator(spec).samples_per_scrape / max(1, sum(1 for _ in LoadGenerator(spec).messages(0)))
         await create_topics(settings, broker.bootstrap)
         worker = bench.spawn_worker(settings, "soak-worker")
-        await asyncio.sleep(10.0)
+        await bench.wait_consuming(worker)  # the group join takes ~15 s on the embedded broker
         stop = asyncio.Event()
         producing = asyncio.create_task(produce(settings, broker.bootstrap, spec, rate=rate, seconds=minutes * 60,
                                                 stop=stop))
@@ -55,6 +55,7 @@ async def soak(minutes: float, rate: float, gpus: int) -> dict[str, Any]:
                 done = await bench.committed(settings.app_id, topics)
                 lag_msgs = max(end - done, 0)
                 samples.append({"t": round(time.monotonic() - t0, 1), "rss_mb": rss_mb(worker.pid),
+                                "broker_rss_mb": rss_mb(broker.pid),
                                 "lag_messages": lag_msgs, "lag_s": round(lag_msgs * per_message / rate, 2)})
                 print(orjson.dumps(samples[-1]).decode(), flush=True)
                 if worker.poll() is not None:
