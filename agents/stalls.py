@@ -11,8 +11,9 @@ reads them) and the worker is idle. Two shapes were seen:
 
 A third shape follows a rebalance: a partition handed to this worker delivers nothing at all (Faust's
 read offset for it is still the one from before the rebalance, behind the group's commit: it was not
-sought to the commit; no Faust warning says why). So a partition that has delivered nothing since it was assigned is checked sooner
-(``first_after_s``), once; after that the usual ``stall_after_s`` applies.
+sought to the commit; no Faust warning says why). So a partition that has delivered nothing since it
+was assigned is checked sooner (``first_after_s``), once; after that the usual ``stall_after_s``
+applies.
 
 So the worker watches every assigned input partition (telemetry and anomalies): one with nothing
 delivered for ``stall_after_s`` (``first_after_s`` when newly assigned) while the worker is idle is a

@@ -120,7 +120,6 @@ def check(reference: set[tuple[Any, ...]], anomalies: list[dict[str, Any]], aler
     assert key.endswith(f"/switch/{leaf}/port={port}"), key
 
 
-@pytest.mark.flaky(reruns=1)  # a rebalance on Tansu under load can outlast the waits; twice in a row fails
 def test_a_worker_killed_mid_incident_and_restarted_loses_nothing_and_alerts_once(
         broker: EmbeddedBroker, workers: list[WorkerProcess], reference: set[tuple[Any, ...]]) -> None:
     settings = make_settings(broker.bootstrap)
