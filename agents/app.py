@@ -119,8 +119,7 @@ class WorkerState:
     redelivered: int = 0  # messages delivered again at or before the offset already processed (skipped)
     #: when each assigned input partition (telemetry, anomalies) last delivered (see agents.stalls)
     stalls: StallWatch = field(default_factory=StallWatch)
-    #: snapshots taken, waiting for the producer flush that lets them be written (agents.app.drain_snapshots)
-    #: snapshots taken and waiting for the producer flush that must precede them: (still owned?, write)
+    #: snapshots taken, waiting for the producer flush that must precede them (drain_snapshots): (still owned?, write)
     snapshot_queue: list[tuple[Callable[[], bool], Callable[[], None]]] = field(default_factory=list)
     snapshot_writer: asyncio.Future[None] | None = None
     #: reads holes in the offsets an agent was handed (agents.gaps); None in the agent test context
