@@ -91,13 +91,11 @@ class LockstepConsumer(faust_aiokafka.Consumer):
         acked = self._acked[tp]
         if acked:
             gaps = self._gap[tp]
-            if gaps:
-                highest = max(acked)
-                spans = sorted(gaps.overlap(0, highest), key=lambda span: span.begin)
-                if spans:
-                    offsets = [o for span in spans for o in range(span.begin, span.end)]
-                    acked.extend(offsets)
-                    gaps.chop(0, max(offsets[-1], highest + 1))
+            highest = max(acked)
+            spans = gaps.overlap(0, highest) if gaps else set()
+            if spans:
+                acked.extend(o for span in spans for o in range(span.begin, span.end))
+                gaps.chop(0, max(max(span.end for span in spans) - 1, highest + 1))
             unique = set(acked)
             if len(unique) != len(acked):
                 acked[:] = sorted(unique)
