@@ -363,15 +363,16 @@ def build_app(
         """
         metrics.series.labels(pipe.origin).set(len(pipe.registry))
         blob = pipe.snapshot()
-        if emit is not None:  # the agent test context: no producer to wait for
-            put_snapshot(pipe.origin, blob, partition)
-            return
         queue_snapshot(lambda: state.pipelines.get(pipe.origin) is pipe,
-                       lambda: put_snapshot(pipe.origin, blob, partition))
+                       lambda: put_snapshot(detector_table, DETECTOR_STATE_TABLE, pipe.origin, blob, partition))
 
     def queue_snapshot(owned: Callable[[], bool], write: Callable[[], None]) -> None:
         """Write a snapshot (taken already) once everything sent before it is on the broker, without
-        holding up the agent that took it (:func:`drain_snapshots`)."""
+        holding up the agent that took it (:func:`drain_snapshots`); at once in the agent test context,
+        which has no producer to wait for."""
+        if emit is not None:
+            write()
+            return
         state.snapshot_queue.append((owned, write))
         if state.snapshot_writer is None or state.snapshot_writer.done():
             state.snapshot_writer = asyncio.ensure_future(drain_snapshots())
@@ -391,10 +392,11 @@ def build_app(
                 if owned():
                     write()
 
-    def put_snapshot(origin: str, blob: bytes, partition: int) -> None:
-        for key, value in snapshot_records(origin.encode(), blob):
-            table_put(detector_table, key, value, partition)
-        metrics.snapshots.labels(DETECTOR_STATE_TABLE).inc()
+    def put_snapshot(table: Any, name: str, key: str, blob: bytes, partition: int) -> None:
+        """Write ``blob`` under ``key`` into ``table`` (changelog partition ``partition``), in chunks."""
+        for chunk_key, value in snapshot_records(key.encode(), blob):
+            table_put(table, chunk_key, value, partition)
+        metrics.snapshots.labels(name).inc()
 
     async def resume(pipe: PartitionPipeline, topic: str, partition: int,
                      items: list[tuple[bytes, Origin]]) -> list[tuple[bytes, Origin]]:
@@ -742,20 +744,10 @@ def build_app(
             # alerts were lost (restart skips what a snapshot holds; see docs/performance.md). The
             # snapshot is taken now and written after the producer flush, off this agent's path.
             blob = corr.snapshot()
-
-            def put_correlator(blob: bytes = blob, partition: int = partition) -> None:
-                for key, value in snapshot_records(str(partition).encode(), blob):
-                    table_put(correlator_table, key, value, partition)
-
-            def owned(corr: JobPartition = corr, partition: int = partition) -> bool:
-                return state.correlators.get(partition) is corr
-
-            if emit is None:
-                queue_snapshot(owned, put_correlator)
-            else:  # the agent test context: no producer to wait for
-                put_correlator()
+            queue_snapshot(lambda: state.correlators.get(partition) is corr,
+                           lambda: put_snapshot(correlator_table, CORRELATOR_STATE_TABLE, str(partition), blob,
+                                                partition))
             state.last_correlator_snapshot[partition] = wm if math.isfinite(wm) else last
-            metrics.snapshots.labels(CORRELATOR_STATE_TABLE).inc()
         if out.finished:
             state.finished_partitions.add(partition)
             if on_finished is not None:
