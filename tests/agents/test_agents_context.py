@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-import pytest
 
 from agents.app import build_app
 from models.inventory import inventory_adapter
@@ -46,14 +45,6 @@ def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
 def switch_sample(k: int, value: float) -> bytes:
     return orjson.dumps([{"ts": T0 + k, "layer": "switch", "source": "leaf01", "metric": "SymbolErrorCounter",
                           "value": value, "labels": {"port": "7"}}])
-
-
-@pytest.fixture(autouse=True)
-def _loop() -> Any:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield loop
-    loop.close()
 
 
 def test_ingest_dead_letters_bad_records_with_their_reason_and_bytes(_loop: Any) -> None:

@@ -12,7 +12,6 @@ import asyncio
 from typing import Any
 
 import faust
-import pytest
 from faust.types import TP, Message
 
 from agents import transport
@@ -48,14 +47,6 @@ def gap_read_around_faust(consumer: Any, first: int = 191, last: int = 451) -> N
     asyncio.get_event_loop().run_until_complete(consumer._add_gap(PART, first, last + 1))
     for offset in range(first, last + 2):  # the hole read and acknowledged, then the record that showed it
         assert consumer.ack(Message(TOPIC, 0, offset, 0.0, 0, None, None, b"", None, tp=PART))
-
-
-@pytest.fixture(autouse=True)
-def _loop() -> Any:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield loop
-    loop.close()
 
 
 def test_a_gap_also_acknowledged_commits_in_one_step() -> None:
