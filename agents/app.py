@@ -40,6 +40,7 @@ from agents.topics import CORRELATOR_STATE_TABLE, DETECTOR_STATE_TABLE, MAX_RECO
 from models.settings import LockstepSettings
 from streams.correlate import CorrelatorConfig
 from streams.detect import DetectorConfig
+from streams.health import ProgressWatch
 from streams.inventory import InventoryIndex
 from streams.jobs import JobPartition
 from streams.lanes import SignalsConfig
@@ -126,6 +127,10 @@ class WorkerState:
     ranges: RangeReader | None = None
     ingested_messages: int = 0
     ingested_samples: int = 0
+    #: input partition -> offsets that raised alone (dead-lettered): a rebuild's catch-up skips them
+    poison: dict[str, set[int]] = field(default_factory=dict)
+    #: when ingest and correlation last made progress (the readiness rule, streams.health)
+    progress: ProgressWatch = field(default_factory=lambda: ProgressWatch(60.0))
 
 
 @dataclass
@@ -161,7 +166,7 @@ def build_app(
     transport.register()
     cat = TopicCatalogue(settings)
     metrics = metrics or WorkerMetrics()
-    state = WorkerState(inventory)
+    state = WorkerState(inventory, progress=ProgressWatch(settings.correlation_stall_s))
     if emit is None:
         state.ranges = RangeReader(settings, bootstrap)
     dcfg = detector_config(settings)
@@ -262,19 +267,27 @@ def build_app(
                 state.stalls.delivered(f"{topic}:{partition}", now)
             done: list[Processed] = []
             for (topic, partition), group in groups.items():
+                name = f"{topic}:{partition}"
+                before = state.pipelines[name].last_offset if name in state.pipelines else None
                 try:
                     done.append(await ingest_partition(topic, partition, group))
                 except Exception:  # a bug must not lose messages: retry one by one, park the one that fails
                     log.exception("ingest batch failed on %s[%s]; retrying its %d messages one by one", topic,
                                   partition, len(group))
+                    metrics.batch_retries.labels(topic).inc()
+                    await rebuild(topic, partition, before)
                     for event in group:
                         try:
                             done.append(await ingest_partition(topic, partition, [event]))
                         except Exception as exc:
-                            log.exception("ingest failed on %s[%s]@%s", topic, partition, event.message.offset)
+                            log.exception("ingest failed on %s[%s]@%s; dead-lettered", topic, partition,
+                                          event.message.offset)
                             await dead_letter(_dl("ingest", f"internal error: {exc!r}", event, error="InternalError"))
+                            state.poison.setdefault(name, set()).add(event.message.offset)
+                            await rebuild(topic, partition, event.message.offset, event.message.timestamp)
             await finish_batch([p for p in done if p.out is not None])
             state.batch_started = None
+            state.progress.ingest(time.monotonic(), state.ingested_samples)
 
     async def ingest_partition(topic: str, partition: int, events: list[Any]) -> Processed:
         """Process one input partition's messages of a batch and send their anomalies, clocks and dead
@@ -353,6 +366,37 @@ def build_app(
                                                            settings.snapshot_interval_s):
                 await write_snapshot(pipe, p.partition)
                 state.last_snapshot_wm[name] = pipe.watermark
+
+    async def rebuild(topic: str, partition: int, last: int | None, last_ts: float | None = None) -> None:
+        """Put an input partition's pipeline back to its state after offset ``last`` once processing raised
+        half-way through (the pipeline may hold part of the failed messages): the last snapshot written,
+        then the offsets after it up to ``last`` read again for state only (this worker processed them and
+        sent their outputs), skipping the offsets that raised alone (:attr:`WorkerState.poison`).
+
+        Without a broker to read from or a snapshot to start at, the pipeline is kept as it is: the retry
+        then sees samples the failed attempt had folded in as duplicates (dropped and counted).
+        """
+        name = f"{topic}:{partition}"
+        if state.ranges is None or last is None or name not in state.pipelines:
+            return
+        blob = read_snapshot(detector_table, name.encode())
+        if not blob:
+            return
+        pipe = PartitionPipeline(name, dcfg, inventory)
+        pipe.restore(blob)
+        snap = pipe.last_offset
+        if snap is None or snap > last:
+            return
+        poison = state.poison.get(name, set())
+        poison.difference_update({o for o in poison if o <= snap})  # in the snapshot: never read again
+        n = await catch_up(pipe, topic, partition, snap + 1, last + 1, skip=poison)
+        if pipe.last_offset is None or pipe.last_offset < last:  # the last offsets were skipped (poison)
+            pipe.last_offset = last
+            if last_ts is not None:
+                pipe.last_record_ts = last_ts
+        state.pipelines[name] = pipe
+        log.warning("%s: state rebuilt from the snapshot at offset %d and %d messages read again (state only) up "
+                    "to offset %d", name, snap, n, last)
 
     async def write_snapshot(pipe: PartitionPipeline, partition: int) -> None:
         """Snapshot ``pipe`` (state after input offset ``pipe.last_offset``) into ``detector_state``.
@@ -533,8 +577,10 @@ def build_app(
             return None
         return records[0].timestamp / 1000.0 if records else None
 
-    async def catch_up(pipe: PartitionPipeline, topic: str, partition: int, start: int, stop: int) -> int:
-        """Feed offsets ``[start, stop)`` of one partition to ``pipe`` to rebuild its state.
+    async def catch_up(pipe: PartitionPipeline, topic: str, partition: int, start: int, stop: int,
+                       skip: set[int] | None = None) -> int:
+        """Feed offsets ``[start, stop)`` of one partition to ``pipe`` to rebuild its state (``skip``: offsets
+        left out, dead-lettered before).
 
         Their outputs were produced before the commit; the anomaly episodes among them are produced
         again anyway (correlation takes a repeated episode once), so nothing depends on the previous
@@ -543,6 +589,8 @@ def build_app(
         n = 0
         try:
             async for records in state.ranges.chunks(topic, partition, start, stop, INGEST_BATCH_MESSAGES):
+                if skip:
+                    records = [m for m in records if m.offset not in skip]
                 out = pipe.process_many(_items(records))
                 n += len(records)
                 for rec in out.anomalies:
@@ -736,6 +784,7 @@ def build_app(
             metrics.inhibited.labels(alert["type"]).inc()
         await emit_results(out)
         wm = corr.watermark
+        state.progress.correlation(partition, time.monotonic(), wm)
         if math.isfinite(wm):
             metrics.watermark.labels(str(partition)).set(wm)
         last = state.last_correlator_snapshot.get(partition, -math.inf)
@@ -834,8 +883,9 @@ def build_app(
 
     @app.timer(1.0, name="tick_correlators")  # type: ignore[untyped-decorator]
     async def tick_correlators() -> None:
-        for corr in list(state.correlators.values()):
+        for partition, corr in list(state.correlators.items()):
             await emit_results(corr.tick(time.monotonic()))
+            state.progress.correlation(partition, time.monotonic(), corr.watermark)
 
     async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
@@ -845,6 +895,7 @@ def build_app(
             state.last_snapshot_wm.pop(f"{tp.topic}:{tp.partition}", None)
             if tp.topic == cat.anomalies:
                 state.correlators.pop(tp.partition, None)
+                state.progress.forget(tp.partition)
                 state.correlator_resume_check.discard(tp.partition)
 
     attach_carriers(app, settings, cat, send, dead_letter, metrics, to_kafka=emit is None)  # issue 3: real formats

@@ -49,6 +49,9 @@ class WorkerMetrics:
                             "Holes in the offsets an agent was handed (records Faust never delivered), read from the "
                             "broker and processed: filled (records found) or empty (markers, compaction)",
                             ["topic", "outcome"], registry=r)
+        self.batch_retries = Counter("lockstep_ingest_batch_retries_total",
+                                     "Ingest batches that raised and were retried message by message",
+                                     ["topic"], registry=r)
         self.stalls = Counter("lockstep_partition_stalls_total",
                               "Input partitions found not delivering with records waiting, resumed and re-read",
                               ["topic"], registry=r)

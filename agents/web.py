@@ -340,12 +340,19 @@ class WebServer:
 
     def readiness(self) -> dict[str, Any]:
         app = self.worker.app
+        reasons: dict[str, str] = {}
+        if app is not None and getattr(app, "lockstep_state", None) is not None and app.lockstep_state.correlators:
+            stalled = app.lockstep_state.progress.stalled(time.monotonic())
+            if stalled is not None:
+                reasons["correlation"] = stalled
         checks = {
             "inventory": self.worker.reader is not None and app is not None,
             "agents": app is not None and app.started and app.state == "running",
             "read_model": self.readmodel.caught_up,
+            "correlation": "correlation" not in reasons,
         }
-        return {"ready": all(checks.values()), "checks": checks, "inventory_jobs": len(self.worker.inventory.jobs),
+        return {"ready": all(checks.values()), "checks": checks, "reasons": reasons,
+                "inventory_jobs": len(self.worker.inventory.jobs),
                 "read_model": {"applied": self.store.applied, "rejected": self.store.rejected,
                                "event_time": self.store.event_time, "lag": self.readmodel.lag()}}
 

@@ -25,6 +25,9 @@ MAX_LABEL_VALUE_LEN = 1024
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 #: A batch with more samples than this is dead-lettered whole.
 MAX_BATCH_SAMPLES = 100_000
+#: Largest magnitude a sample value may have: what a 64-bit counter can hold. Anything beyond it is not a
+#: measurement (and would overflow a rate or a percentile sketch): it is rejected as bad input.
+MAX_ABS_VALUE = 2.0**64
 
 
 class Layer(StrEnum):
@@ -83,6 +86,8 @@ class TelemetrySample(BaseModel):
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):
             raise ValueError("value is not finite")
+        if abs(value) > MAX_ABS_VALUE:
+            raise ValueError(f"value {value:.6g} is beyond +-2^64 (no counter or gauge holds it)")
         return value
 
     @field_validator("labels", mode="before")

@@ -124,6 +124,10 @@ class LockstepSettings(BaseSettings):
         default=60.0, gt=0, description="An input partition without a live worker (a crash, a rebalance) holds "
         "watermarks this long before correlation goes on without it"
     )
+    correlation_stall_s: float = Field(
+        default=60.0, gt=0, description="/readyz fails when ingest has processed samples for this long (wall time) "
+        "while no correlation watermark of the worker moved"
+    )
 
     # --- Detection ---------------------------------------------------------------------------
     baseline_window: int = Field(default=120, ge=16, le=4096, description="Samples in each series' baseline")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.alerts import Alert
-from models.timeutil import format_ts, parse_ts
+from models.timeutil import MAX_TS, MIN_TS, format_ts, parse_ts
 from streams.contention import advice, find_contention, overlap_end
 from streams.inventory import InventoryIndex
 from streams.rules import Rules, default_rules
@@ -232,6 +232,8 @@ class Correlator:
         self.max_event_ts = -math.inf
         self.late_count = 0
         self.finished = False
+        #: set by :meth:`restore` when the snapshot held an infinite watermark (it was recomputed)
+        self.repaired_watermark = False
         self._dirty: set[str] = set()
 
     # -- inputs ---------------------------------------------------------------------------------
@@ -242,8 +244,12 @@ class Correlator:
         if kind == "watermark":
             idle = set(rec.get("idle", ()))
             for origin, wm in rec.get("origins", {}).items():
-                if float(wm) > self.origin_wm.get(origin, -math.inf):
-                    self.origin_wm[origin] = float(wm)
+                progress = float(wm)
+                if not MIN_TS <= progress < MAX_TS:
+                    raise ValueError(f"watermark progress of {str(origin)[:80]!r} is not a valid event time: "
+                                     f"{progress!r}")
+                if progress > self.origin_wm.get(origin, -math.inf):
+                    self.origin_wm[origin] = progress
                 self.origin_seen[origin] = now_wall
                 self.origin_idle[origin] = origin in idle
             for origin in rec.get("eos", []):
@@ -441,7 +447,17 @@ class Correlator:
                     break
 
     def current_watermark(self, now_wall: float) -> float:
-        """min over input partitions of their progress, minus the allowed lateness."""
+        """The partition's event-time watermark: the least progress of the input partitions that hold it,
+        minus the allowed lateness; ``-inf`` before any progress is known. Always finite after that.
+
+        Live, an input partition holds the watermark while its worker reports it active (:meth:`_holds`).
+        When none holds (every input idle, paused, or between owners), the watermark is the greatest
+        progress any input reached, minus the allowed lateness: each has delivered all it had, so the
+        watermark catches up with the data and stops there, and moves on as soon as data resumes. In
+        replay (``expected`` origins) it waits for every input; the end of all of them is not a
+        watermark but :attr:`finished` (the final flush, judged at :attr:`horizon`).
+        """
+        lateness = self.config.allowed_lateness_s
         if self.expected is not None:
             pending = self.expected - self.eos
             if any(o not in self.origin_wm for o in pending):
@@ -449,11 +465,19 @@ class Correlator:
             values = [self.origin_wm[o] for o in pending]
         else:
             values = [wm for o, wm in self.origin_wm.items() if o not in self.eos and self._holds(o, now_wall)]
-            if not values and not self.eos and not self.origin_wm:
-                return -math.inf
-        if not values:
-            return math.inf
-        return min(values) - self.config.allowed_lateness_s
+        if values:
+            return min(values) - lateness
+        if not self.origin_wm:
+            return -math.inf
+        return max(self.origin_wm.values()) - lateness
+
+    @property
+    def horizon(self) -> float:
+        """What verdicts are judged against: the watermark, or ``inf`` once every input of a replay ended."""
+        return math.inf if self.finished else self.watermark
+
+    def _ended(self) -> bool:
+        return self.expected is not None and not (self.expected - self.eos)
 
     def _holds(self, origin: str, now_wall: float) -> bool:
         """Whether an input partition still holds the watermark back (live mode).
@@ -472,16 +496,22 @@ class Correlator:
 
     def _advance(self, now_wall: float, out: CorrelatorOutput) -> None:
         wm = self.current_watermark(now_wall)
-        if wm <= self.watermark:
+        end = self._ended() and not self.finished
+        if wm <= self.watermark and not end:
             # Late evidence for a job is judged at once against the watermark already reached.
+            horizon = self.horizon
             for job_id in sorted(self._dirty & set(self.jobs)):
-                if self.jobs[job_id].all_episodes() and self.watermark > -math.inf:
-                    self._evaluate(self.jobs[job_id], self.watermark, out)
-                    self._evaluate_contention(self.jobs[job_id], self.watermark, out)
-                    self._evaluate_gpu(self.jobs[job_id], self.watermark, out)
+                if self.jobs[job_id].all_episodes() and horizon > -math.inf:
+                    self._evaluate(self.jobs[job_id], horizon, out)
+                    self._evaluate_contention(self.jobs[job_id], horizon, out)
+                    self._evaluate_gpu(self.jobs[job_id], horizon, out)
             self._dirty.clear()
             return
-        self.watermark = wm
+        if end:  # every input ended: judge everything as if all time had passed, keep the last real watermark
+            self.watermark = max(self.watermark, max(self.origin_wm.values(), default=-math.inf))
+            wm = math.inf
+        else:
+            self.watermark = wm
         self._dirty.clear()
         if self.on_watermark is not None:
             self.on_watermark(wm, out)
@@ -491,7 +521,7 @@ class Correlator:
             self._evaluate_gpu(self.jobs[job_id], wm, out)
         self._unsilence(wm, out)
         self._evict(wm)
-        if self.expected is not None and not (self.expected - self.eos) and not self.finished:
+        if end:
             self.finished = True
             out.finished = True
 
@@ -923,7 +953,9 @@ class Correlator:
     # -- state ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         return {
-            "origin_wm": self.origin_wm, "eos": sorted(self.eos), "watermark": _num(self.watermark),
+            "origin_wm": self.origin_wm, "eos": sorted(self.eos),
+            "watermark": self.watermark if math.isfinite(self.watermark) else None,
+            "finished": self.finished,
             "max_event_ts": _num(self.max_event_ts), "late_count": self.late_count,
             "open_alerts": self.open_alerts, "clock_open": self.clock_open,
             "straggler_open": self.straggler_open,
@@ -942,11 +974,19 @@ class Correlator:
         }
 
     def restore(self, data: dict[str, Any], now_wall: float) -> None:
-        self.origin_wm = {k: float(v) for k, v in data["origin_wm"].items()}
+        """Take a :meth:`snapshot` back. A non-finite progress or ``+inf`` watermark (written by versions
+        whose watermark could run away after a lull) is repaired: progress that is not finite is dropped,
+        and the watermark is recomputed from what remains (``-inf`` if nothing does)."""
+        self.origin_wm = {k: float(v) for k, v in data["origin_wm"].items() if math.isfinite(float(v))}
         self.origin_seen = dict.fromkeys(self.origin_wm, now_wall)
 
         self.eos = set(data["eos"])
-        self.watermark = _unnum(data["watermark"])
+        self.finished = bool(data.get("finished", False))
+        self.watermark = -math.inf if data["watermark"] is None else _unnum(data["watermark"])
+        if self.watermark == math.inf:
+            progress = max(self.origin_wm.values(), default=-math.inf)
+            self.watermark = progress if progress == -math.inf else progress - self.config.allowed_lateness_s
+            self.repaired_watermark = True
         self.max_event_ts = _unnum(data["max_event_ts"])
         self.late_count = int(data["late_count"])
         self.open_alerts = dict(data.get("open_alerts", {}))

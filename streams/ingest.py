@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from models.samples import (
+    MAX_ABS_VALUE,
     MAX_BATCH_SAMPLES,
     MAX_LABEL_KEY_LEN,
     MAX_LABEL_VALUE_LEN,
@@ -125,11 +126,13 @@ def validate_record(rec: Any) -> Sample:
         if not math.isfinite(value):
             raise ValueError("value is not finite")
     elif tv is int:
+        if not -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE:  # before float(): a huge int would overflow it
+            raise ValueError(f"value {str(value)[:24]} is beyond +-2^64 (no counter or gauge holds it)")
         value = float(value)
-        if not math.isfinite(value):
-            raise ValueError("value is not finite")
     else:
         raise ValueError(f"value must be a number, got {tv.__name__}")
+    if not -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE:
+        raise ValueError(f"value {value:.6g} is beyond +-2^64 (no counter or gauge holds it)")
     labels = rec.get("labels", _EMPTY)
     if labels is not _EMPTY:
         if type(labels) is not dict:

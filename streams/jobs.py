@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +60,7 @@ class JobPartition:
             self.signals.annotate(rec)
             res.changed = True
             # After the end of input the watermark no longer moves: judge it against the one reached.
-            res.stats += self.signals.annotation_effects(self.correlator.watermark)
+            res.stats += self.signals.annotation_effects(self.correlator.horizon)
         elif kind in ("anomaly", "watermark", "clock"):
             out = self.correlator.on_record(rec, now_wall)
             self._collect(out, res)
@@ -83,8 +82,8 @@ class JobPartition:
             self.correlator.on_peer_events(events, out)
 
     def _collect(self, out: CorrelatorOutput, res: PartitionResult) -> None:
-        if out.finished and math.isinf(self.correlator.watermark) and not self._timelines and self.signals.pending:
-            self._on_watermark(self.correlator.watermark, out)  # end of input: flush what is left
+        if out.finished and not self._timelines and self.signals.pending:
+            self._on_watermark(self.correlator.horizon, out)  # end of input: flush what is left
         res.alerts, res.late, res.finished, res.inhibited = out.alerts, out.late, out.finished, out.inhibited
         res.timelines, self._timelines = self._timelines, []
         res.stats, self._stats = [*res.stats, *self._stats], []

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from models.samples import MAX_ABS_VALUE
 from models.timeutil import MAX_TS, MIN_TS
 from streams.catalogue import Mode
 from streams.clocks import ClockConfig, ClockTracker
@@ -326,7 +327,7 @@ class PartitionPipeline:
                         tt = type(ts)
                         tv = type(value)
                         if ((tt is float or tt is int) and MIN_TS <= ts < MAX_TS
-                                and ((tv is float and value - value == 0.0) or tv is int)):
+                                and (tv is float or tv is int) and -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE):
                             kind = rec.get("kind")
                             ingest = rec.get("ingest_ts")
                             ti = type(ingest)
@@ -351,11 +352,19 @@ class PartitionPipeline:
                 ing_l.append(nan if s.ingest_ts is None else s.ingest_ts)
                 msg_l.append(m)
         self._register_new(out)
+        if ids_l:
+            self._arrays(ids_l, ts_l, val_l, ing_l, msg_l, messages, out)
+        # Only now, after every stage succeeded: a batch that raised has not moved the offset, so the
+        # agent's one-by-one retry processes its messages instead of skipping them as already seen.
         if messages and messages[-1][1].offset is not None:
             self.last_offset = messages[-1][1].offset
             self.last_record_ts = messages[-1][1].timestamp
-        if not ids_l:
-            return out
+        return out
+
+    def _arrays(self, ids_l: list[int], ts_l: list[float], val_l: list[float], ing_l: list[float],
+                msg_l: list[int], messages: Sequence[tuple[bytes, Origin]], out: PipelineOutput) -> None:
+        """normalise -> rate -> detect -> map over the batch's valid samples (as arrays)."""
+        reg = self.registry
         # normalise: catalogue kinds, counter sanity
         ids = np.array(ids_l, dtype=np.int64)
         ts_a = np.array(ts_l, dtype=np.float64)
@@ -371,7 +380,7 @@ class PartitionPipeline:
             out.rejected += int(negative.sum())
             ids, ts_a, values, ingest_a, msg = ids[keep], ts_a[keep], values[keep], ingest_a[keep], msg[keep]
         if ids.size == 0:
-            return out
+            return
         counts = np.bincount(reg.layer_code[ids], minlength=len(LAYER_NAMES))
         out.by_layer = {LAYER_NAMES[c]: int(counts[c]) for c in np.flatnonzero(counts).tolist()}
         # Arrival order: messages in offset order, each message's samples in event-time order.
@@ -385,7 +394,6 @@ class PartitionPipeline:
         mx = float(ts_a.max())
         out.max_ts = mx
         self.watermark = mx if self.watermark is None else max(self.watermark, mx)
-        return out
 
     def _observe_clocks(self, ids: np.ndarray, ts: np.ndarray, ingest: np.ndarray, msg: np.ndarray,
                         messages: Sequence[tuple[bytes, Origin]], out: PipelineOutput) -> None:
@@ -434,8 +442,17 @@ class PartitionPipeline:
         last = self.rates.last_ts
         prev_ts = last[ids] if last.shape[0] > int(ids.max()) else np.full(ids.shape[0], np.nan)
         res = self.rates.update(ids, ts, raw_values)
-        x = np.where(counter, res.rate * reg.scale[ids], raw_values)
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = np.where(counter, res.rate * reg.scale[ids], raw_values)
         usable = np.where(counter, ~np.isnan(res.rate), ~(res.out_of_order | res.duplicate))
+        overflow = usable & ~np.isfinite(x)
+        if overflow.any():  # a rate beyond float range (a huge jump over a tiny interval): bad input, not a value
+            for bad in np.flatnonzero(overflow).tolist():
+                out.rejected += 1
+                out.dead_letters.append(self._dead_letter(
+                    "rate", f"rate overflows: {raw_values[bad]:.6g} over {ts[bad] - prev_ts[bad]:.3g} s",
+                    "ValidationFailed", int(ids[bad]), float(ts[bad]), messages[int(msg[bad])]))
+            usable &= ~overflow
         if res.reset.any():
             out.resets += int((res.reset & counter).sum())
         if res.duplicate.any():
