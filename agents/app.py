@@ -618,6 +618,7 @@ def build_app(
             await send(anomalies_topic, None, value, partition)
 
     @app.timer(settings.watermark_interval_s, name="broadcast_watermarks")  # type: ignore[untyped-decorator]
+    @never_raises("broadcast_watermarks")
     async def watermark_timer() -> None:
         # Progress when it moved; otherwise a heartbeat every second, so correlation can tell an idle
         # input partition (mentioned, not advancing) from one between owners (not mentioned at all).
@@ -803,6 +804,7 @@ def build_app(
                 on_finished(partition)
 
     @app.timer(5.0, name="stall_watch")  # type: ignore[untyped-decorator]
+    @never_raises("stall_watch")
     async def stall_watch() -> None:
         """Resume and re-read an input partition that stopped delivering with records waiting (agents.stalls)."""
         if emit is not None:
@@ -882,6 +884,7 @@ def build_app(
         return found
 
     @app.timer(1.0, name="tick_correlators")  # type: ignore[untyped-decorator]
+    @never_raises("tick_correlators")
     async def tick_correlators() -> None:
         for partition, corr in list(state.correlators.items()):
             await emit_results(corr.tick(time.monotonic()))
@@ -903,6 +906,45 @@ def build_app(
     app.lockstep_state = state
     app.lockstep_metrics = metrics
     return app, state
+
+
+def never_raises(name: str, every_s: float = 30.0) -> Callable[[Callable[[], Awaitable[None]]],
+                                                              Callable[[], Awaitable[None]]]:
+    """Wrap a Faust timer so that an exception is logged instead of raised: Faust crashes the whole app
+    on a timer's exception (a broker outage made the stall watch's side consumer fail to bootstrap, and
+    the worker never consumed again). The first failure is logged with its traceback, then one line
+    every ``every_s`` while it keeps failing, and one when it works again."""
+
+    def wrap(fun: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        failing: dict[str, float] = {}  # "since", "logged", "count"
+
+        async def guarded() -> None:
+            try:
+                await fun()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                now = time.monotonic()
+                if not failing:
+                    failing.update(since=now, logged=now, count=1)
+                    log.exception("timer %s failed; it keeps running", name)
+                    return
+                failing["count"] += 1
+                if now - failing["logged"] >= every_s:
+                    failing["logged"] = now
+                    log.error("timer %s still failing (%d times in %.0f s): %r", name, failing["count"],
+                              now - failing["since"], exc)
+                return
+            if failing:
+                log.warning("timer %s works again after %d failures in %.0f s", name, failing["count"],
+                            time.monotonic() - failing["since"])
+                failing.clear()
+
+        guarded.__name__ = getattr(fun, "__name__", name)
+        guarded.__qualname__ = getattr(fun, "__qualname__", name)
+        return guarded
+
+    return wrap
 
 
 def _seen(offset: int | None, ts: float | None, last_offset: int | None, last_ts: float | None) -> bool:

@@ -49,6 +49,8 @@ class WorkerMetrics:
                             "Holes in the offsets an agent was handed (records Faust never delivered), read from the "
                             "broker and processed: filled (records found) or empty (markers, compaction)",
                             ["topic", "outcome"], registry=r)
+        self.broker_up = Gauge("lockstep_broker_up", "1 while the broker answers the worker's metadata probe",
+                               registry=r)
         self.batch_retries = Counter("lockstep_ingest_batch_retries_total",
                                      "Ingest batches that raised and were retried message by message",
                                      ["topic"], registry=r)

@@ -136,8 +136,8 @@ def _schemas() -> dict[str, Any]:
                                    "updated_at_iso": STR},
                     "required": [*record["required"], "state"], "additionalProperties": False}
     s["SilenceList"] = _obj({"silences": _arr(_ref("Silence"))})
-    s["Ready"] = _obj({"ready": BOOL, "checks": _obj({"inventory": BOOL, "agents": BOOL, "read_model": BOOL,
-                                                      "correlation": BOOL}),
+    s["Ready"] = _obj({"ready": BOOL, "checks": _obj({"broker": BOOL, "inventory": BOOL, "agents": BOOL,
+                                                      "read_model": BOOL, "correlation": BOOL}),
                        "reasons": {"type": "object", "additionalProperties": STR},
                        "inventory_jobs": INT, "read_model": OBJ})
     s["Health"] = _obj({"status": {"const": "ok"}})

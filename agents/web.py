@@ -345,7 +345,12 @@ class WebServer:
             stalled = app.lockstep_state.progress.stalled(time.monotonic())
             if stalled is not None:
                 reasons["correlation"] = stalled
+        watch = getattr(self.worker, "broker", None)  # lockstep.worker.Worker has one (a BrokerWatch)
+        broker = watch.unreachable(time.monotonic()) if watch is not None else None
+        if broker is not None:
+            reasons["broker"] = broker
         checks = {
+            "broker": broker is None,
             "inventory": self.worker.reader is not None and app is not None,
             "agents": app is not None and app.started and app.state == "running",
             "read_model": self.readmodel.caught_up,

@@ -82,10 +82,14 @@ class EmbeddedBroker:
     127.0.0.1:40123
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int | None = None, log_dir: Path | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None, log_dir: Path | None = None,
+                 advertised_port: int | None = None) -> None:
+        """``advertised_port``: the port the broker tells clients to connect to (default: its own), for a
+        proxy in front of it (the fault tests cut the broker off and bring it back with its data)."""
         self.host = host
         self.port = port or free_port(host)
-        self.bootstrap = f"{host}:{self.port}"
+        self.advertised_port = advertised_port or self.port
+        self.bootstrap = f"{host}:{self.advertised_port}"
         self.process: subprocess.Popen[bytes] | None = None
         self._log_dir = log_dir
         self.log_path: Path | None = None
@@ -97,13 +101,14 @@ class EmbeddedBroker:
     def _spawn(self) -> None:
         binary = tansu_binary()
         url = f"tcp://{self.host}:{self.port}"
+        advertised = f"tcp://{self.host}:{self.advertised_port}"
         log_dir = self._log_dir or Path(tempfile.gettempdir())
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"lockstep-tansu-{self.port}.log"
         out = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
         try:
             self.process = subprocess.Popen(
-                [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                [binary, "broker", "--listener-url", url, "--advertised-listener-url", advertised,
                  "--storage-engine", "memory://tansu/", "--cluster-id", "lockstep"],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C in the terminal goes to us; we stop it by PID
@@ -117,7 +122,7 @@ class EmbeddedBroker:
         """Start the process and wait until it answers a metadata request."""
         self._spawn()
         try:
-            await wait_for_kafka(self.bootstrap, timeout_s)
+            await wait_for_kafka(f"{self.host}:{self.port}", timeout_s)
         except BrokerStartFailed:
             code = self.process.poll() if self.process else None
             self.stop()

@@ -7,7 +7,9 @@ and the integration tests. The Faust app runs on the caller's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,10 +17,11 @@ import orjson
 
 from agents.app import WorkerState, build_app
 from agents.inventory_reader import InventoryReader
-from agents.kafka import start_producer
+from agents.kafka import client_kwargs, start_producer
 from agents.metrics import WorkerMetrics
 from agents.topics import TopicCatalogue
 from models.settings import LockstepSettings
+from streams.health import BrokerWatch
 from streams.inventory import InventoryIndex
 
 log = logging.getLogger("lockstep.worker")
@@ -44,6 +47,9 @@ class Worker:
         #: The HTTP API and timeline page (agents.web), when ``serve_web``; replay and tests run without.
         self.serve_web = serve_web
         self.web: Any = None
+        #: whether the broker answers (streams.health), from the probe task started in start()
+        self.broker = BrokerWatch()
+        self._probe: asyncio.Task[None] | None = None
 
     @property
     def web_url(self) -> str | None:
@@ -80,6 +86,7 @@ class Worker:
         await self.app.start()
         self.reader.follow()
         self.silences.follow()
+        self._probe = asyncio.ensure_future(self._probe_broker())
         if self.serve_web:
             from agents.web import WebServer
 
@@ -87,7 +94,40 @@ class Worker:
             await self.web.start()
         log.info("worker %s consuming from %s", self.settings.app_id, self.bootstrap)
 
+    async def _probe_broker(self) -> None:
+        """Ask the broker for its metadata every ``broker_probe_interval_s`` (a new connection each time, as
+        a client starting afresh would): one log line when it stops answering and one when it is back (the
+        clients' own errors repeat many times a second), the ``broker`` readiness check and
+        ``lockstep_broker_up`` meanwhile."""
+        from aiokafka import AIOKafkaClient
+
+        interval = self.settings.broker_probe_interval_s
+        while True:
+            client = AIOKafkaClient(**client_kwargs(self.settings, self.bootstrap),
+                                    request_timeout_ms=int(interval * 2000), metadata_max_age_ms=3_600_000)
+            try:
+                await asyncio.wait_for(client.bootstrap(), timeout=interval * 2)
+                line = self.broker.answered(time.monotonic())
+                if line is not None:
+                    log.warning("%s (%s)", line, self.bootstrap)
+                self.metrics.broker_up.set(1)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                line = self.broker.failed(time.monotonic(), _short_error(exc))
+                if line is not None:
+                    log.error("%s (%s)", line, self.bootstrap)
+                self.metrics.broker_up.set(0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await client.close()
+            await asyncio.sleep(interval)
+
     async def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._probe
         if self.web is not None:
             await self.web.stop()
         if self.app is not None:
@@ -105,3 +145,9 @@ class Worker:
         """Wait until everything the agents produced has been acknowledged by the broker."""
         if self.app is not None:
             await self.app.producer.flush()
+
+
+def _short_error(exc: BaseException) -> str:
+    """One line for a probe failure (a timeout has no message of its own)."""
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

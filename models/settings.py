@@ -124,6 +124,10 @@ class LockstepSettings(BaseSettings):
         default=60.0, gt=0, description="An input partition without a live worker (a crash, a rebalance) holds "
         "watermarks this long before correlation goes on without it"
     )
+    broker_probe_interval_s: float = Field(
+        default=2.0, gt=0, description="How often a worker asks the broker for its metadata; no answer within "
+        "twice this makes the worker not ready and logs one line until the broker answers again"
+    )
     correlation_stall_s: float = Field(
         default=60.0, gt=0, description="/readyz fails when ingest has processed samples for this long (wall time) "
         "while no correlation watermark of the worker moved"

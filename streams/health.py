@@ -63,3 +63,43 @@ class ProgressWatch:
             return None
         return (f"correlation watermark has not moved for {now - since:.0f} s while ingest processed "
                 f"{self._samples_since} samples")
+
+
+class BrokerWatch:
+    """Whether the broker answers, from periodic probes; says once when it goes and once when it is back.
+
+    >>> w = BrokerWatch()
+    >>> w.answered(0.0), w.failed(5.0, "connection refused"), w.failed(7.0, "connection refused")
+    (None, 'broker unreachable: connection refused; not ready until it answers again', None)
+    >>> w.unreachable(8.0)
+    'broker unreachable for 3 s: connection refused'
+    >>> w.answered(40.0)
+    'broker reachable again after 35 s'
+    >>> w.unreachable(41.0) is None
+    True
+    """
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+        self._error = ""
+
+    def answered(self, now: float) -> str | None:
+        """A probe got an answer; the log line to write when this ends an outage."""
+        if self._since is None:
+            return None
+        gone, self._since = now - self._since, None
+        return f"broker reachable again after {gone:.0f} s"
+
+    def failed(self, now: float, error: str) -> str | None:
+        """A probe failed; the log line to write when this starts an outage."""
+        self._error = error
+        if self._since is not None:
+            return None
+        self._since = now
+        return f"broker unreachable: {error}; not ready until it answers again"
+
+    def unreachable(self, now: float) -> str | None:
+        """Why the broker counts as unreachable, or None."""
+        if self._since is None:
+            return None
+        return f"broker unreachable for {now - self._since:.0f} s: {self._error}"

@@ -46,7 +46,13 @@ async def _main(settings: LockstepSettings, create: bool) -> int:
         await worker.start()
         print(f"lockstep worker: consuming from {bootstrap} as {settings.app_id}; API and page at "
               f"{worker.web_url}/", file=sys.stderr)
-        await stop.wait()
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+            if worker.app.crashed:  # a process that serves HTTP but no longer consumes must not look alive
+                print(f"lockstep worker: the agents crashed ({worker.app.crash_reason!r}); exiting so that the "
+                      "supervisor restarts the worker", file=sys.stderr)
+                return 1
         return 0
     finally:
         if worker is not None:
