@@ -9,8 +9,9 @@ The fault test runs ``lockstep deliver`` as a child process against local fake r
 
 Then: every alert reaches PagerDuty once it recovers, exactly one incident per dedup_key
 lifecycle (two for k0: resolved, then a new one), the poisoned trigger of k5 (400) is a dead
-letter with PagerDuty's response, Slack got every state while PagerDuty was down, and no secret
-appears in the logs, the dead letters, the retry topics or the ledger.
+letter with a sanitised reason from PagerDuty's response (never the response), Slack got every
+state while PagerDuty was down, and no secret appears in the logs, the dead letters, the retry
+topics or the ledger.
 """
 
 from __future__ import annotations
@@ -294,11 +295,12 @@ def test_fault_pagerduty_down_and_worker_killed(broker: EmbeddedBroker, tmp_path
         assert {("[FIRING:1", t) for t in keys} <= slack_states
         assert {("[RESOLVED", t) for t in ("k0", "k1", "k2", "k3")} <= slack_states
 
-        # The poisoned trigger is a dead letter with PagerDuty's answer - and no routing key.
+        # The poisoned trigger is a dead letter with PagerDuty's reason - no routing key, no raw answer.
         dead = [DeadLetter.model_validate(orjson.loads(m.value)) for m in await read_topic(settings, cat.dlq)]
         [dl] = [d for d in dead if d.stage == "deliver.pd"]
         assert dl.error == "ReceiverRejected" and not dl.retryable
-        assert dl.reason.startswith("rejected by pd: HTTP 400: ") and "poisoned dedup_key" in dl.reason
+        assert dl.reason.startswith("rejected by pd: HTTP 400 Bad Request: ") and "poisoned dedup_key" in dl.reason
+        assert "(body " in dl.reason and keys["k5"] not in dl.reason
         assert "[REDACTED]" in dl.reason
         assert orjson.loads(base64.b64decode(dl.original))["alerts"][0]["dedup_key"] == keys["k5"]
 

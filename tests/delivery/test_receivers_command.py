@@ -60,7 +60,8 @@ def test_receivers_test_reports_each_receiver(tmp_path: Path) -> None:
     lines = {line.split()[0]: line for line in text.splitlines()}
     assert code == 1
     assert " ok (" in lines["slack"] and " ok (" in lines["pd"]
-    assert lines["hook"].split(None, 2)[2] == "FAILED (will retry): hook: HTTP 503: planned 503"
+    assert lines["hook"].split(None, 2)[2].startswith(
+        "FAILED (will retry): hook: HTTP 503 Service Unavailable: planned 503 (body 11 B, sha256 ")
     assert lines["topics"].split(None, 2)[2] == "skipped: needs LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS"
     assert len(slack.accepted) == 2 and slack.violations == []
     [incident] = pd.incidents
