@@ -176,6 +176,10 @@ class LockstepSettings(BaseSettings):
     delivery_max_pending: int = Field(
         default=1000, ge=1, le=100_000,
         description="Alerts read but not yet settled per receiver before reading pauses")
+    delivery_metrics_port: int | None = Field(
+        default=None, ge=0, le=65535,
+        description="Port of the delivery service's /metrics and /healthz on web_host (0: any free port); "
+                    "unset: not served")
 
     @classmethod
     def settings_customise_sources(
