@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,23 @@ def test_deliver_refuses_to_start_without_a_usable_file(argv, monkeypatch, capsy
     monkeypatch.setenv("LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")
     assert main(argv) == 2
     assert "cannot read the routing file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, said", [
+    ('{"slack": "hunter2-secret-value",}', "not valid JSON: Expecting property name enclosed in double quotes "
+                                           "at line 1 column 34 (character 33)"),
+    ('{"slack": "hunter2-secret-value"', "not valid JSON: Expecting ',' delimiter at line 1 column 33 (character 32)"),
+    ('["hunter2-secret-value"]', 'must be a JSON object {"name": "value"}, not a JSON list'),
+    ('{"slack": 424242424242}', "the value of 'slack' must be a string, not a JSON int"),
+])
+def test_broken_delivery_secrets_are_one_config_error_line_without_the_value(
+        value: str, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for key in [k for k in os.environ if k.startswith("LOCKSTEP_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("LOCKSTEP_DELIVERY_SECRETS", value)
+    monkeypatch.chdir(Path(__file__).parent)  # no .env here
+    for command in (["deliver"], ["receivers", "check"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err == f"lockstep: LOCKSTEP_DELIVERY_SECRETS: {said}\n"
+        assert "hunter2" not in err and "424242" not in err
