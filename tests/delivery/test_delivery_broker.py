@@ -318,3 +318,61 @@ def test_fault_pagerduty_down_and_worker_killed(broker: EmbeddedBroker, tmp_path
         assert "parked" in text and "Traceback" not in text
 
     run(go)
+
+
+SILENCE_ROUTES = """
+route:
+  receiver: hook
+  group_by: [dedup_key]
+  group_wait: 0s
+  group_interval: 100ms
+  repeat_interval: 1h
+receivers:
+  - name: hook
+    webhook: {{url: "{hook}"}}
+"""
+
+
+def test_a_silence_created_while_an_alert_fires_mutes_it_but_its_resolve_is_delivered(
+        broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """t1 fires and is notified; a silence on the ``silences`` topic then mutes it (counted once);
+    t1 resolves under the silence: the receiver was told it fires, so it is told it is over. t2 fires
+    and resolves under the silence: never notified."""
+
+    async def go() -> None:
+        hook = FakeWebhook()
+        await hook.start()
+        routes = tmp_path / "routes.yaml"
+        routes.write_text(SILENCE_ROUTES.format(hook=hook.url))
+        settings = make_settings(broker, routes)
+        await create_topics(settings, broker.bootstrap)
+        cat = TopicCatalogue(settings)
+        producer = await start_producer(settings, broker.bootstrap)
+        service = DeliveryService(settings, broker.bootstrap, hostname="test-host")
+
+        def states() -> list[tuple[str, str]]:
+            return [(a["annotations"]["alert_id"], a["status"]) for body in hook.accepted for a in body["alerts"]]
+
+        try:
+            await service.start()
+            await produce(producer, cat.alerts, alert("t1"))
+            await until(lambda: states() == [("t1-incident0", "firing")], what="t1 notified")
+            now = time.time()
+            rec = {"type": "silence", "silence_id": "quiet", "matchers": {"job_id": "llm-70b"}, "kind": "silence",
+                   "starts_at": now - 1, "ends_at": now + 3600, "created_by": "me", "comment": "c",
+                   "created_at": now, "updated_at": now}
+            await producer.send_and_wait(cat.silences, orjson.dumps(rec), key=b"quiet")
+            worker = service.workers["hook"]
+            await until(lambda: worker.stats["silenced"] == 1, what="t1 muted once the silence is known")
+            await produce(producer, cat.alerts, alert("t2"), alert("t2", "resolved"),
+                          {**alert("t1", "resolved"), "silenced_by": ["quiet"]})
+            await until(lambda: ("t1-incident0", "resolved") in states(), what="t1's resolve")
+            await until(lambda: worker.stats["silenced"] >= 2 and not worker.dispatcher.groups, what="t2 dropped")
+            assert states() == [("t1-incident0", "firing"), ("t1-incident0", "resolved")]
+            assert hook.violations == [] and len(service.silences) == 1
+        finally:
+            await service.stop()
+            await producer.stop()
+            await hook.stop()
+
+    run(go)

@@ -116,3 +116,26 @@ def test_broken_delivery_secrets_are_one_config_error_line_without_the_value(
         err = capsys.readouterr().err
         assert err == f"lockstep: LOCKSTEP_DELIVERY_SECRETS: {said}\n"
         assert "hunter2" not in err and "424242" not in err
+
+
+def test_receivers_test_never_prints_what_an_echoing_receiver_says_of_its_secret_url(tmp_path: Path) -> None:
+    token = "Xk7pQ2vR9sL4mN8wZ1cY6tB3"
+
+    async def go() -> str:
+        slack, pd, hook = FakeSlack(f"/services/T08ZK3L7QHF/B08ZK3MN2PA/{token}"), FakePagerDuty(PD_KEY), FakeWebhook()
+        for s in (slack, pd, hook):
+            await s.start()
+        slack.fail(500, times=2, echo=True)           # the answer repeats the request path and body
+        settings = LockstepSettings(_env_file=None, delivery_secrets={"slack_url": slack.url,  # type: ignore[call-arg]
+                                                                     "pd_key": PD_KEY})
+        out = io.StringIO()
+        try:
+            await _test(settings, routes(tmp_path, slack, pd, hook.url), ["slack"], True, out)
+        finally:
+            for s in (slack, pd, hook):
+                await s.stop()
+        return out.getvalue()
+
+    text = asyncio.run(go())
+    assert text.startswith("slack") and "FAILED (will retry): slack: HTTP 500 Internal Server Error (body " in text
+    assert token not in text and "B08ZK3MN2PA" not in text and "%2Fservices" not in text

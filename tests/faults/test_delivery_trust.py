@@ -189,7 +189,8 @@ def test_a_secret_echoing_receiver_leaks_no_token(broker: EmbeddedBroker, tmp_pa
         log = deliver.log()
         found = {"log": hits(log), "retry": sum(hits(r) for r in retry), "dlq": sum(hits(d) for d in dead),
                  "metrics": hits(metrics), "retry_records": len(retry), "dead_letters": len(dead),
-                 "metrics_served": int(bool(metrics))}
+                 "metrics_served": int(bool(metrics)),
+                 "token_alone": sum(b.count(TOKEN) for b in [log, metrics, *(r.decode() for r in retry + dead)])}
         print("token hits:", found)
         assert len(retry) >= 2 and len(dead) == 1, found                 # the failures really happened
         [dl] = [orjson.loads(d) for d in dead]
