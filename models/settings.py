@@ -63,8 +63,9 @@ class DeliverySecretsSource(PydanticBaseSettingsSource):
 
 
 class JsonEnvSource(EnvSettingsSource):
-    """The environment, with a JSON value that does not parse (``LOCKSTEP_DELIVERY_SECRETS``) a
-    one-line :class:`ConfigError` naming the variable and the position, never the value."""
+    """pydantic's environment source, except that a JSON value that does not parse (as in
+    ``LOCKSTEP_DELIVERY_SECRETS``) raises a one-line :class:`ConfigError` naming the variable and
+    the position, never the value (pydantic's own error is a traceback)."""
 
     def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
         try:

@@ -139,7 +139,7 @@ def alert(tag: str, status: str = "firing", silenced_by: list[str] | None = None
 
 
 def hits(blob: str | bytes) -> int:
-    """Occurrences of the token and of the secret path in the forms a receiver may echo it."""
+    """Occurrences of the token, of the secret path in the forms a receiver may echo it, and of the channel id."""
     text = blob.decode("utf-8", "replace") if isinstance(blob, bytes) else blob
     forms = {TOKEN, quote(SLACK_PATH, safe=""), quote(SLACK_PATH, safe="").lower(), SLACK_PATH.replace("/", "\\/")}
     return sum(text.count(f) for f in forms) + sum(text.count(f) for f in ("B08ZK3MN2PA",))
@@ -185,11 +185,12 @@ def test_a_secret_echoing_receiver_leaks_no_token(broker: EmbeddedBroker, tmp_pa
             await slack.stop()
         assert "k2-incident0" in str(slack.accepted[0])
         retry = await read_topic(settings, topics.retry("slack"))
-        dead = [d for d in await read_topic(settings, cat.dlq)]
+        dead = await read_topic(settings, cat.dlq)
+        ledger = await read_topic(settings, topics.ledger)
         log = deliver.log()
         found = {"log": hits(log), "retry": sum(hits(r) for r in retry), "dlq": sum(hits(d) for d in dead),
-                 "metrics": hits(metrics), "retry_records": len(retry), "dead_letters": len(dead),
-                 "metrics_served": int(bool(metrics)),
+                 "ledger": sum(hits(r) for r in ledger), "metrics": hits(metrics), "retry_records": len(retry),
+                 "dead_letters": len(dead), "metrics_served": int(bool(metrics)),
                  "token_alone": sum(b.count(TOKEN) for b in [log, metrics, *(r.decode() for r in retry + dead)])}
         print("token hits:", found)
         assert len(retry) >= 2 and len(dead) == 1, found                 # the failures really happened
@@ -198,11 +199,13 @@ def test_a_secret_echoing_receiver_leaks_no_token(broker: EmbeddedBroker, tmp_pa
         assert "body:" not in dl["reason"] and "k1-incident0" not in dl["reason"]   # no raw receiver body
         for rec in retry:
             assert "body:" not in orjson.loads(rec)["last_error"]
-        assert "Traceback" not in log
+        assert "Traceback" not in log and "slack: HTTP 500 Internal Server Error (body " in log
+        assert metric(metrics, "lockstep_delivery_accepted_total", receiver="slack") == 1.0
+        assert metric(metrics, "lockstep_delivery_dead_letters_total", receiver="slack") == 1.0
         return found
 
     found = asyncio.run(go())
-    assert (found["log"], found["retry"], found["dlq"], found["metrics"]) == (0, 0, 0, 0), found
+    assert (found["log"], found["retry"], found["dlq"], found["ledger"], found["metrics"]) == (0, 0, 0, 0, 0), found
 
 
 FANOUT_ROUTES = """
