@@ -8,8 +8,8 @@ Stages (names used in logs and dead letters, ``deliver.<receiver>``)::
     delivery.retry.<receiver> ──head of line──> wait (backoff, Retry-After) ──> send ──> ledger | dlq
 
 At-least-once: an ``alerts`` offset is committed only when every alert before it is *settled* —
-routed elsewhere, a duplicate, accepted (and in the ledger), parked on the retry topic (acked by
-the broker), or dead-lettered. A retry record is committed only once it is accepted or given up.
+routed elsewhere, a duplicate, muted by a silence, accepted (and in the ledger), parked on the
+retry topic (acked by the broker), or dead-lettered. A retry record is committed only once it is accepted or given up.
 While anything is parked, new notifications are parked behind it, so a receiver sees each
 ``dedup_key``'s states in order. In flight per receiver: at most ``max_in_flight`` sends and
 ``delivery_max_pending`` unsettled alerts; a slow receiver only slows its own worker.
