@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 import lockstep.commands
 from lockstep import __version__
+from models.errors import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(handler(args) or 0)
     except ValidationError as exc:
         print(f"lockstep: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    except ConfigError as exc:  # raised while the settings are built, before a command could catch it
+        print(f"lockstep: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -6,6 +6,7 @@ reads the environment: it receives the small config objects derived here.
 
 from __future__ import annotations
 
+import json
 import os
 from enum import StrEnum
 from pathlib import Path
@@ -13,7 +14,9 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from models.errors import ConfigError
 
 
 class SecurityProtocol(StrEnum):
@@ -57,6 +60,19 @@ class DeliverySecretsSource(PydanticBaseSettingsSource):
                     raise ValueError(f"{key}: cannot read the secret file: {exc.strerror}") from None
             found[name.lower()] = value
         return {"delivery_secrets": found} if found else {}
+
+
+class JsonEnvSource(EnvSettingsSource):
+    """pydantic's environment source, except that a JSON value that does not parse (as in
+    ``LOCKSTEP_DELIVERY_SECRETS``) raises a one-line :class:`ConfigError` naming the variable and
+    the position, never the value (pydantic's own error is a traceback)."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{self.env_prefix}{field_name.upper()}: not valid JSON: {exc.msg} at line "
+                              f"{exc.lineno} column {exc.colno} (character {exc.pos})") from None
 # --- end of delivery secrets ---------------------------------------------------------------------
 
 
@@ -184,6 +200,10 @@ class LockstepSettings(BaseSettings):
     delivery_max_pending: int = Field(
         default=1000, ge=1, le=100_000,
         description="Alerts read but not yet settled per receiver before reading pauses")
+    delivery_metrics_port: int | None = Field(
+        default=None, ge=0, le=65535,
+        description="Port of the delivery service's /metrics and /healthz on web_host (0: any free port); "
+                    "unset: not served")
 
     @classmethod
     def settings_customise_sources(
@@ -191,15 +211,31 @@ class LockstepSettings(BaseSettings):
         env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, DeliverySecretsSource(settings_cls), dotenv_settings,
-                file_secret_settings)
+        env = env_settings
+        if isinstance(env_settings, EnvSettingsSource):
+            env = JsonEnvSource(settings_cls, case_sensitive=env_settings.case_sensitive,
+                                env_prefix=env_settings.env_prefix,
+                                env_nested_delimiter=env_settings.env_nested_delimiter,
+                                env_ignore_empty=env_settings.env_ignore_empty,
+                                env_parse_none_str=env_settings.env_parse_none_str,
+                                env_parse_enums=env_settings.env_parse_enums)
+        return (init_settings, env, DeliverySecretsSource(settings_cls), dotenv_settings, file_secret_settings)
 
     @model_validator(mode="before")
     @classmethod
     def _delivery_secrets(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        secrets = {str(k).lower(): v for k, v in (data.get("delivery_secrets") or {}).items()}
+        given = data.get("delivery_secrets") or {}
+        # Refused here, not by the field: pydantic's own error would print the value.
+        if not isinstance(given, dict):
+            raise ConfigError("LOCKSTEP_DELIVERY_SECRETS: must be a JSON object {\"name\": \"value\"}, "
+                              f"not a JSON {type(given).__name__}")
+        for name, value in given.items():
+            if not isinstance(value, str | SecretStr):
+                raise ConfigError(f"LOCKSTEP_DELIVERY_SECRETS: the value of {str(name)[:64]!r} must be a string, "
+                                  f"not a JSON {type(value).__name__}")
+        secrets = {str(k).lower(): v for k, v in given.items()}
         folder = data.get("delivery_secrets_dir")
         if folder:
             path = Path(folder)

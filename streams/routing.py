@@ -29,13 +29,17 @@ a new group waits ``group_wait`` before its first flush, then flushes every ``gr
 flush notifies when the group has news (an alert not yet notified in its current status), or when
 ``repeat_interval`` has passed since the last notification and something still fires. Notified
 resolved alerts leave the group; an empty group is dropped.
+
+Silences (:meth:`Dispatcher.flush`, docs/delivery.md "Silences"): a muted alert is not notified and
+does not count for repeats; it stays in its group, so once its silence ends and it still fires it
+is news again and notified. A muted alert's resolve is sent only if the receiver was told it fires.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -619,6 +623,30 @@ class Notification:
 class _Entry:
     alert: dict[str, Any]
     notified: tuple[str, str] | None = None  # (alert_id, status) last notified
+    told: str | None = None                  # alert_id the receiver was last told is firing
+    suppressed: tuple[str, str] | None = None  # (alert_id, status) last reported as muted
+
+
+@dataclass(frozen=True, slots=True)
+class Suppressed:
+    """An alert state a receiver was not notified of, and the silences that muted it."""
+
+    receiver: str
+    alert: dict[str, Any]
+    silenced_by: tuple[str, ...]
+
+
+#: Which silences mute an alert at a time: ``(alert, now) -> silence ids`` (empty: not muted).
+MuteRule = Callable[[Mapping[str, Any], float], Sequence[str]]
+
+
+def stamped_silences(alert: Mapping[str, Any], now: float) -> list[str]:
+    """The default :data:`MuteRule`: the silences the correlator stamped on the alert (``silenced_by``).
+
+    >>> stamped_silences({"silenced_by": ["maint-1"]}, 0.0), stamped_silences({}, 0.0)
+    (['maint-1'], [])
+    """
+    return [str(s) for s in alert.get("silenced_by") or []]
 
 
 @dataclass
@@ -641,14 +669,24 @@ class Dispatcher:
     which is what later flushes compare against. A group with a notification in flight is not
     flushed again until that one is settled. ``tokens`` of alerts that need no notification
     are returned by ``flush`` in :attr:`settled_tokens` so the caller can commit them.
+
+    ``muted(alert, now)`` names the silences muting an alert at flush time (default: the
+    ``silenced_by`` the correlator stamped). At each flush, a muted alert is left out of the
+    notification (not news, no repeat, not listed) and reported once per state in
+    :attr:`suppressed`; a firing one stays in its group and becomes news again, so it is notified
+    at the first flush after its silence ends; a resolved one is dropped — unless the receiver was
+    told it fires, since a resolve closes what the receiver shows (and never pages).
     """
 
-    def __init__(self, config: RoutingConfig, receiver: str, *, send_resolved: bool = True) -> None:
+    def __init__(self, config: RoutingConfig, receiver: str, *, send_resolved: bool = True,
+                 muted: MuteRule = stamped_silences) -> None:
         self.config = config
         self.receiver = receiver
         self.send_resolved = send_resolved
+        self.muted = muted
         self.groups: dict[str, Group] = {}
         self.settled_tokens: list[Any] = []
+        self.suppressed: list[Suppressed] = []
 
     def reload(self, config: RoutingConfig, *, send_resolved: bool | None = None) -> None:
         """Use ``config`` for alerts added from now on; existing groups keep their options."""
@@ -691,7 +729,7 @@ class Dispatcher:
             key, glabels = group_key(route, alert_labels(alert))
             group = self.groups.setdefault(
                 key, Group(key, glabels, route.options, notified_at + route.options.group_interval))
-            group.alerts[alert["dedup_key"]] = _Entry(alert, (alert["alert_id"], alert["status"]))
+            group.alerts[alert["dedup_key"]] = _Entry(alert, (alert["alert_id"], alert["status"]), alert["alert_id"])
             group.last_notified = max(group.last_notified or notified_at, notified_at)
 
     def next_due(self) -> float | None:
@@ -709,21 +747,43 @@ class Dispatcher:
             if not self.send_resolved:
                 for dk in [dk for dk, e in group.alerts.items() if e.alert["status"] == "resolved"]:
                     del group.alerts[dk]
-            changed = [e.alert for e in group.alerts.values()
-                       if e.notified != (e.alert["alert_id"], e.alert["status"])]
-            firing = [e.alert for e in group.alerts.values() if e.alert["status"] == "firing"]
+            shown = self._unmuted(group, now)
+            changed = [e.alert for e in shown if e.notified != (e.alert["alert_id"], e.alert["status"])]
+            firing = [e.alert for e in shown if e.alert["status"] == "firing"]
             repeat = (not changed and bool(firing) and group.last_notified is not None
                       and now - group.last_notified >= group.options.repeat_interval)
             tokens, group.tokens = group.tokens, []
             if changed or repeat:
                 group.in_flight = True
                 out.append(Notification(self.receiver, key, dict(group.labels),
-                                        [e.alert for e in group.alerts.values()], changed, repeat, tokens))
+                                        [e.alert for e in shown], changed, repeat, tokens))
             else:
                 self.settled_tokens.extend(tokens)
                 if not group.alerts:
                     del self.groups[key]
         return out
+
+    def _unmuted(self, group: Group, now: float) -> list[_Entry]:
+        """The group's entries to show at ``now``; muted ones are reported and held (or dropped)."""
+        shown = []
+        for dk, e in list(group.alerts.items()):
+            alert = e.alert
+            if alert["status"] == "resolved" and e.told == alert["alert_id"]:
+                shown.append(e)  # the receiver shows it firing: closing it never pages
+                continue
+            by = self.muted(alert, now)
+            if not by:
+                shown.append(e)
+                continue
+            state = (alert["alert_id"], alert["status"])
+            if e.suppressed != state:
+                e.suppressed = state
+                self.suppressed.append(Suppressed(self.receiver, alert, tuple(by)))
+            if alert["status"] == "resolved":
+                del group.alerts[dk]  # never told it fired: nothing to close
+            else:
+                e.notified = None  # news again once the silence ends
+        return shown
 
     def settle(self, notification: Notification, now: float) -> None:
         """Record that ``notification`` was handed over at ``now``; drop notified resolved alerts."""
@@ -739,6 +799,9 @@ class Dispatcher:
             if entry.alert["status"] != alert["status"]:
                 continue  # a newer state arrived meanwhile: still news
             entry.notified = (alert["alert_id"], alert["status"])
+            entry.suppressed = None  # a later silence is reported again
+            if alert["status"] == "firing":
+                entry.told = alert["alert_id"]
             if alert["status"] == "resolved":
                 del group.alerts[alert["dedup_key"]]
         if not group.alerts and not group.tokens:
@@ -747,4 +810,9 @@ class Dispatcher:
     def take_settled(self) -> list[Any]:
         """Tokens settled without a notification since the last call."""
         out, self.settled_tokens = self.settled_tokens, []
+        return out
+
+    def take_suppressed(self) -> list[Suppressed]:
+        """Alert states left out because a silence muted them, since the last call (once per state)."""
+        out, self.suppressed = self.suppressed, []
         return out

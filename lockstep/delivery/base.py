@@ -19,8 +19,10 @@ import orjson
 
 from lockstep import __version__
 from lockstep.delivery.errors import ReceiverRejected, ReceiverUnavailable
-from lockstep.delivery.redaction import Redactor
+from lockstep.delivery.redaction import Redactor, describe_answer
 from streams.routing import Notification, ReceiverConfig
+
+ANSWER_READ_MAX = 64 * 1024  # of a refusal, read for its reason, size and hash; never kept
 
 
 @dataclass(frozen=True)
@@ -109,20 +111,22 @@ class HttpReceiver(Receiver):
             await self._session.close()
 
     async def post_json(self, url: str, payload: Any, *, accept: frozenset[int], now: float,
-                        headers: dict[str, str] | None = None) -> tuple[int, str]:
-        """POST ``payload``; return ``(status, body)`` for an accepted status, else raise.
+                        headers: dict[str, str] | None = None) -> int:
+        """POST ``payload``; return the status when it is in ``accept``, else raise.
 
         429, 408, 5xx, timeouts and connection errors raise ReceiverUnavailable (with Retry-After);
-        other statuses raise ReceiverRejected with the (redacted) body. Messages never carry the URL.
+        other statuses raise ReceiverRejected. Messages never carry the URL nor the answer's body:
+        only its status, a short sanitised reason, its size and hash (:func:`describe_answer`), as
+        a receiver may echo the request path, which holds the secret of a webhook URL.
         """
         timeout = aiohttp.ClientTimeout(total=self.config.integration.timeout)
         data = orjson.dumps(payload)
         hdrs = {"Content-Type": "application/json", **(headers or {})}
         try:
             async with self.session().post(url, data=data, headers=hdrs, timeout=timeout) as resp:
-                body = (await resp.text(errors="replace"))[:4000]
                 status = resp.status
                 retry_after = retry_after_seconds(resp.headers.get("Retry-After"), now)
+                body = b"" if status in accept else await resp.content.read(ANSWER_READ_MAX)
         except TimeoutError:
             raise ReceiverUnavailable(f"{self.name}: no answer within {self.config.integration.timeout:g}s") from None
         except aiohttp.ClientConnectionError as exc:
@@ -131,10 +135,9 @@ class HttpReceiver(Receiver):
             raise ReceiverUnavailable(f"{self.name}: request failed ({type(exc).__name__})") from None
         except asyncio.CancelledError:
             raise
-        body = self.redactor.text(body)
         if status in accept:
-            return status, body
+            return status
+        answer = describe_answer(status, body, self.redactor)
         if status in (408, 429) or status >= 500:
-            raise ReceiverUnavailable(f"{self.name}: HTTP {status}: {truncate(body, 300)}", status=status,
-                                      retry_after=retry_after)
-        raise ReceiverRejected(f"{self.name}: HTTP {status}: {truncate(body, 300)}", status=status, body=body)
+            raise ReceiverUnavailable(f"{self.name}: {answer}", status=status, retry_after=retry_after)
+        raise ReceiverRejected(f"{self.name}: {answer}", status=status)

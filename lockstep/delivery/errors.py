@@ -1,7 +1,8 @@
 """Delivery errors: the two leaves of ``DeliveryError`` with what a retry or a dead letter needs.
 
-Branch on the class (``retryable``), never on the text. Messages never contain a URL or a secret:
-they name the receiver and the HTTP status, and response bodies are redacted before they get here.
+Branch on the class (``retryable``), never on the text. Messages never contain a URL, a secret or a
+receiver's answer: they name the receiver, the HTTP status and a short sanitised reason
+(:func:`lockstep.delivery.redaction.describe_answer`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ class ReceiverUnavailable(DeliveryRetryable):
 class ReceiverRejected(DeliveryRejected):
     """A 4xx other than 408/429: the payload is wrong for the receiver and never will be right."""
 
-    def __init__(self, message: str, *, status: int | None = None, body: str = "") -> None:
+    def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-        self.body = body

@@ -2,7 +2,8 @@
 
 Start-up, in order: load and validate the routing file (a bad file or a missing secret stops
 start-up with the path and the reason); install log redaction; create the delivery topics; read
-the ledger to its end; start one worker per receiver. Then, until stopped: reload the routing
+the ledger and the ``silences`` topic to their ends; start one worker per receiver; serve
+``/metrics`` when ``delivery_metrics_port`` is set. Then, until stopped: reload the routing
 file on SIGHUP or when its content changes (checked every ``delivery_reload_interval_s``). A bad
 new file is reported and the running config stays.
 
@@ -22,15 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from prometheus_client import CollectorRegistry
 
 from agents.kafka import client_kwargs, start_producer
 from agents.topics import TopicCatalogue
 from lockstep.delivery.alertmanager import AlertmanagerReceiver, WebhookReceiver
 from lockstep.delivery.base import Receiver
 from lockstep.delivery.ledger import Ledger
+from lockstep.delivery.metrics import DeliveryCollector, MetricsServer
 from lockstep.delivery.pagerduty import PagerDutyReceiver
 from lockstep.delivery.redaction import RedactingFilter, Redactor, SecretResolver, install_redaction
 from lockstep.delivery.siem import SyslogReceiver
+from lockstep.delivery.silences import KnownSilences
 from lockstep.delivery.slack import SlackReceiver
 from lockstep.delivery.topics import DeliveryTopics, KafkaTopicReceiver, OcsfTopicReceiver, create_delivery_topics
 from lockstep.delivery.worker import ReceiverWorker
@@ -99,6 +103,10 @@ class DeliveryService:
         self._filter: RedactingFilter | None = None
         self._watch: asyncio.Task[None] | None = None
         self._text: str | None = None
+        self.silences = KnownSilences()
+        self.registry = CollectorRegistry()
+        self.registry.register(DeliveryCollector(lambda: self.workers, lambda: len(self.silences)))
+        self.metrics_server: MetricsServer | None = None
 
     def _consumer(self, **kwargs: Any) -> Any:
         from aiokafka import AIOKafkaConsumer
@@ -124,8 +132,13 @@ class DeliveryService:
         self.ledger = Ledger(self.topics.ledger, self.producer)
         rows = await self.ledger.load(lambda: self._consumer())
         log.info("delivery ledger: %d records, %d open alerts", rows, len(self.ledger.firing))
+        await self.silences.start(self.settings, self.bootstrap, self.catalogue.silences)
         for rc in self.routing.receivers.values():
             await self._start_worker(rc)
+        if self.settings.delivery_metrics_port is not None:
+            self.metrics_server = MetricsServer(self.registry, self.settings.web_host,
+                                                self.settings.delivery_metrics_port)
+            await self.metrics_server.start()
         self._watch = asyncio.create_task(self._watch_file(), name="deliver.reload")
         log.info("delivering to %s", ", ".join(f"{n} ({w.receiver.kind})" for n, w in self.workers.items()))
 
@@ -137,7 +150,8 @@ class DeliveryService:
             group_id=f"{self.settings.app_id}-deliver-{rc.name}", consumer_factory=self._consumer,
             producer=self.producer, ledger=self.ledger, redactor=self.redactor, dead_letter=self.dead_letter,
             public_url=self.settings.public_url, hostname=self.hostname,
-            max_pending=self.settings.delivery_max_pending, offset_reset=self.settings.delivery_offset_reset)
+            max_pending=self.settings.delivery_max_pending, offset_reset=self.settings.delivery_offset_reset,
+            muted=self.silences.muted_by)
         await worker.start()
         self.workers[rc.name] = worker
 
@@ -200,6 +214,9 @@ class DeliveryService:
         for worker in list(self.workers.values()):
             await worker.stop()
             await worker.receiver.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+        await self.silences.stop()
         if self.producer is not None:
             await self.producer.stop()
 

@@ -3,13 +3,13 @@
 Stages (names used in logs and dead letters, ``deliver.<receiver>``)::
 
     alerts ──read──> decode ──lifecycle──> group (Dispatcher) ──flush──> send ──accepted──> ledger
-                        │          │ dup/stale: settle                        │ unavailable -> park
-                        └─bad: dlq └──────────────────────────────────────────┴ rejected -> dlq
+                        │          │ dup/stale: settle     │ silenced: log    │ unavailable -> park
+                        └─bad: dlq └───────────────────────┴── + count ───────┴ rejected -> dlq
     delivery.retry.<receiver> ──head of line──> wait (backoff, Retry-After) ──> send ──> ledger | dlq
 
 At-least-once: an ``alerts`` offset is committed only when every alert before it is *settled* —
-routed elsewhere, a duplicate, accepted (and in the ledger), parked on the retry topic (acked by
-the broker), or dead-lettered. A retry record is committed only once it is accepted or given up.
+routed elsewhere, a duplicate, muted by a silence, accepted (and in the ledger), parked on the
+retry topic (acked by the broker), or dead-lettered. A retry record is committed only once it is accepted or given up.
 While anything is parked, new notifications are parked behind it, so a receiver sees each
 ``dedup_key``'s states in order. In flight per receiver: at most ``max_in_flight`` sends and
 ``delivery_max_pending`` unsettled alerts; a slow receiver only slows its own worker.
@@ -36,7 +36,7 @@ from lockstep.delivery.redaction import Redactor
 from lockstep.delivery.retry import backoff_delay, park_record, unpark
 from models.alerts import Alert
 from models.errors import DeliveryError
-from streams.routing import Dispatcher, Notification, RoutingConfig, lifecycle
+from streams.routing import Dispatcher, MuteRule, Notification, RoutingConfig, lifecycle, stamped_silences
 
 log = logging.getLogger("lockstep.delivery")
 
@@ -77,7 +77,8 @@ class ReceiverWorker:
     def __init__(self, receiver: Receiver, routing: RoutingConfig, *, alerts_topic: str, retry_topic: str,
                  group_id: str, consumer_factory: Callable[..., Any], producer: Any, ledger: Ledger,
                  redactor: Redactor, dead_letter: Callable[[dict[str, Any]], Any], public_url: str | None,
-                 hostname: str, max_pending: int, offset_reset: str, seed: int | None = None) -> None:
+                 hostname: str, max_pending: int, offset_reset: str, seed: int | None = None,
+                 muted: MuteRule = stamped_silences) -> None:
         self.receiver = receiver
         self.name = receiver.name
         self.alerts_topic = alerts_topic
@@ -93,13 +94,14 @@ class ReceiverWorker:
         self.max_pending = max_pending
         self.offset_reset = offset_reset
         self.rng = random.Random(seed)
-        self.dispatcher = Dispatcher(routing, self.name, send_resolved=receiver.config.integration.send_resolved)
+        self.dispatcher = Dispatcher(routing, self.name, send_resolved=receiver.config.integration.send_resolved,
+                                     muted=muted)
         self.tracker = OffsetTracker()
         self.backlog = False        # something is parked: new notifications queue behind it
         self._parking = 0           # parks whose produce has not been acknowledged yet
         self._last_parked = -1      # offset of the last park this process made
         self._last_seen = -1        # offset of the last retry record taken
-        self.stats = {"accepted": 0, "parked": 0, "retried": 0, "dead_letters": 0, "duplicates": 0}
+        self.stats = {"accepted": 0, "parked": 0, "retried": 0, "dead_letters": 0, "duplicates": 0, "silenced": 0}
         self._sem = asyncio.Semaphore(receiver.config.max_in_flight)
         self._group_locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -230,6 +232,11 @@ class ReceiverWorker:
             task = asyncio.create_task(self._deliver(notification))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        for muted in self.dispatcher.take_suppressed():
+            self.stats["silenced"] += 1
+            a = muted.alert
+            log.info("%s: %s %s (%s) not notified: silenced by %s", self.stage, a["status"], a["alert_id"],
+                     a["dedup_key"], ", ".join(muted.silenced_by))
 
     async def _deliver(self, n: Notification) -> None:
         try:
@@ -323,7 +330,8 @@ class ReceiverWorker:
 
     async def _reject(self, unit: Notification, exc: ReceiverRejected, *, source: str,
                       partition: int | None = None, offset: int | None = None) -> None:
-        reason = f"rejected by {self.name}: HTTP {exc.status}: {exc.body[:2000]}" if exc.status else str(exc)
+        said = str(exc).removeprefix(f"{self.name}: ")
+        reason = self.redactor.text(f"rejected by {self.name}: {said}")
         original = orjson.dumps({"receiver": self.name, "group_key": unit.group_key, "alerts": unit.changed
                                  or unit.alerts})
         key = (unit.changed or unit.alerts)[0]["dedup_key"] if (unit.changed or unit.alerts) else None

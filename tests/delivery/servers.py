@@ -3,7 +3,9 @@
 Each validates every request against the published shape and limits and answers as the real
 service does: Slack 200 ``ok`` / 400 ``invalid_blocks``; PagerDuty 202 / 400 ``invalid event``;
 Alertmanager 200 / 400. Each can fail on purpose: ``fail(status, times, retry_after)`` queues
-answers, ``down`` answers 500 to everything, ``hang`` stalls each answer that many seconds. Violations of the
+answers (``echo=True``: the answer repeats the request path, query and body, as some proxies and
+receivers do, so a test can check that nothing of a secret URL leaks from a receiver's answer),
+``down`` answers 500 to everything, ``hang`` stalls each answer that many seconds. Violations of the
 published rules are collected in ``violations`` (a test asserts there are none).
 
 PagerDuty keeps incidents as PagerDuty does: a trigger opens an incident for its ``dedup_key`` or
@@ -17,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -26,6 +29,7 @@ class Planned:
     status: int
     retry_after: str | None = None
     body: str = ""
+    echo: bool = False
 
 
 class FakeServer:
@@ -33,6 +37,7 @@ class FakeServer:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.query = ""                         # appended to ``url`` (a token in a query value)
         self.requests: list[Any] = []           # every body received (valid or not)
         self.accepted: list[Any] = []           # bodies answered with success
         self.violations: list[str] = []
@@ -45,10 +50,11 @@ class FakeServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{self.path}"
+        return f"http://127.0.0.1:{self.port}{self.path}" + (f"?{self.query}" if self.query else "")
 
-    def fail(self, status: int, times: int = 1, retry_after: str | None = None, body: str = "") -> None:
-        self.planned += [Planned(status, retry_after, body)] * times
+    def fail(self, status: int, times: int = 1, retry_after: str | None = None, body: str = "",
+             echo: bool = False) -> None:
+        self.planned += [Planned(status, retry_after, body, echo)] * times
 
     async def start(self) -> FakeServer:
         app = web.Application()
@@ -66,6 +72,7 @@ class FakeServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.headers.append(dict(request.headers))
+        raw = await request.text()
         try:
             body = await request.json()
         except Exception:
@@ -77,6 +84,11 @@ class FakeServer:
         if self.planned:
             p = self.planned.pop(0)
             headers = {"Retry-After": p.retry_after} if p.retry_after else {}
+            if p.echo:  # the path plain, percent-encoded and JSON-escaped, then the request body
+                escaped = str(request.url).replace("/", "\\/")
+                text = (f"{p.status} for POST {request.path_qs} ({quote(request.path_qs, safe='')}) "
+                        f'{{"url": "{escaped}"}} body: {raw}')
+                return web.Response(status=p.status, text=text, headers=headers)
             return web.Response(status=p.status, text=p.body or f"planned {p.status}", headers=headers)
         if self.down:
             return web.Response(status=500, text="internal error")
@@ -120,8 +132,8 @@ def _text_obj(obj: Any, limit: int, where: str, types: tuple[str, ...] = ("plain
 class FakeSlack(FakeServer):
     """Slack incoming webhook: Block Kit limits as published."""
 
-    def __init__(self) -> None:
-        super().__init__("/services/T0LOCKSTEP/B0LOCKSTEP/s3cr3tW3bh00kT0k3n")
+    def __init__(self, path: str = "/services/T0LOCKSTEP/B0LOCKSTEP/s3cr3tW3bh00kT0k3n") -> None:
+        super().__init__(path)
 
     def reject(self, problems: list[str]) -> web.Response:
         return web.Response(status=400, text="invalid_blocks")

@@ -9,8 +9,9 @@ The fault test runs ``lockstep deliver`` as a child process against local fake r
 
 Then: every alert reaches PagerDuty once it recovers, exactly one incident per dedup_key
 lifecycle (two for k0: resolved, then a new one), the poisoned trigger of k5 (400) is a dead
-letter with PagerDuty's response, Slack got every state while PagerDuty was down, and no secret
-appears in the logs, the dead letters, the retry topics or the ledger.
+letter with a sanitised reason from PagerDuty's response (never the response), Slack got every
+state while PagerDuty was down, and no secret appears in the logs, the dead letters, the retry
+topics or the ledger.
 """
 
 from __future__ import annotations
@@ -294,11 +295,12 @@ def test_fault_pagerduty_down_and_worker_killed(broker: EmbeddedBroker, tmp_path
         assert {("[FIRING:1", t) for t in keys} <= slack_states
         assert {("[RESOLVED", t) for t in ("k0", "k1", "k2", "k3")} <= slack_states
 
-        # The poisoned trigger is a dead letter with PagerDuty's answer - and no routing key.
+        # The poisoned trigger is a dead letter with PagerDuty's reason - no routing key, no raw answer.
         dead = [DeadLetter.model_validate(orjson.loads(m.value)) for m in await read_topic(settings, cat.dlq)]
         [dl] = [d for d in dead if d.stage == "deliver.pd"]
         assert dl.error == "ReceiverRejected" and not dl.retryable
-        assert dl.reason.startswith("rejected by pd: HTTP 400: ") and "poisoned dedup_key" in dl.reason
+        assert dl.reason.startswith("rejected by pd: HTTP 400 Bad Request: ") and "poisoned dedup_key" in dl.reason
+        assert "(body " in dl.reason and keys["k5"] not in dl.reason
         assert "[REDACTED]" in dl.reason
         assert orjson.loads(base64.b64decode(dl.original))["alerts"][0]["dedup_key"] == keys["k5"]
 
@@ -314,5 +316,63 @@ def test_fault_pagerduty_down_and_worker_killed(broker: EmbeddedBroker, tmp_path
                 assert secret.encode() not in blob
         text = log.read_text()
         assert "parked" in text and "Traceback" not in text
+
+    run(go)
+
+
+SILENCE_ROUTES = """
+route:
+  receiver: hook
+  group_by: [dedup_key]
+  group_wait: 0s
+  group_interval: 100ms
+  repeat_interval: 1h
+receivers:
+  - name: hook
+    webhook: {{url: "{hook}"}}
+"""
+
+
+def test_a_silence_created_while_an_alert_fires_mutes_it_but_its_resolve_is_delivered(
+        broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """t1 fires and is notified; a silence on the ``silences`` topic then mutes it (counted once);
+    t1 resolves under the silence: the receiver was told it fires, so it is told it is over. t2 fires
+    and resolves under the silence: never notified."""
+
+    async def go() -> None:
+        hook = FakeWebhook()
+        await hook.start()
+        routes = tmp_path / "routes.yaml"
+        routes.write_text(SILENCE_ROUTES.format(hook=hook.url))
+        settings = make_settings(broker, routes)
+        await create_topics(settings, broker.bootstrap)
+        cat = TopicCatalogue(settings)
+        producer = await start_producer(settings, broker.bootstrap)
+        service = DeliveryService(settings, broker.bootstrap, hostname="test-host")
+
+        def states() -> list[tuple[str, str]]:
+            return [(a["annotations"]["alert_id"], a["status"]) for body in hook.accepted for a in body["alerts"]]
+
+        try:
+            await service.start()
+            await produce(producer, cat.alerts, alert("t1"))
+            await until(lambda: states() == [("t1-incident0", "firing")], what="t1 notified")
+            now = time.time()
+            rec = {"type": "silence", "silence_id": "quiet", "matchers": {"job_id": "llm-70b"}, "kind": "silence",
+                   "starts_at": now - 1, "ends_at": now + 3600, "created_by": "me", "comment": "c",
+                   "created_at": now, "updated_at": now}
+            await producer.send_and_wait(cat.silences, orjson.dumps(rec), key=b"quiet")
+            worker = service.workers["hook"]
+            await until(lambda: worker.stats["silenced"] == 1, what="t1 muted once the silence is known")
+            await produce(producer, cat.alerts, alert("t2"), alert("t2", "resolved"),
+                          {**alert("t1", "resolved"), "silenced_by": ["quiet"]})
+            await until(lambda: ("t1-incident0", "resolved") in states(), what="t1's resolve")
+            await until(lambda: worker.stats["silenced"] >= 2 and not worker.dispatcher.groups, what="t2 dropped")
+            assert states() == [("t1-incident0", "firing"), ("t1-incident0", "resolved")]
+            assert hook.violations == [] and len(service.silences) == 1
+        finally:
+            await service.stop()
+            await producer.stop()
+            await hook.stop()
 
     run(go)
