@@ -13,9 +13,9 @@ import streams
 
 PACKAGES = [models, streams]
 EXTRA = ["lockstep.render", "lockstep.safetext", "lockstep.commands.tail", "lockstep.commands.diagnose",
-         "lockstep.run", "lockstep.simulate", "lockstep.replay", "lockstep.broker", "agents.app", "agents.batching", "agents.carriers",
-         "agents.gaps", "agents.stalls", "agents.topics", "agents.transport", "lockstep.commands.bench",
-         "benchmarks.lockbench", "benchmarks.cpulimit"]
+         "lockstep.run", "lockstep.simulate", "lockstep.replay", "lockstep.broker", "agents.app", "agents.batching",
+         "agents.carriers", "agents.gaps", "agents.stalls", "agents.topics", "agents.transport",
+         "lockstep.commands.bench", "benchmarks.lockbench", "benchmarks.cpulimit"]
 
 
 def modules() -> list[str]:
