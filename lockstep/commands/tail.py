@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", action="store_true",
                    help="print each record as one JSON line (control and bidi characters as JSON escapes)")
     p.add_argument("--max-seconds", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--max-records", type=int, default=None, help="stop after printing this many records")
     p.set_defaults(handler=run)
 
 
@@ -46,13 +47,13 @@ def _points(rec: dict[str, Any]) -> str:
         times = [g[0] for g in groups if isinstance(g, list) and g and isinstance(g[0], int | float)]
         span = "" if not times else f" at {_clock(times[0])}" if min(times) == max(times) else (
             f" {_clock(min(times))}-{_clock(max(times))}")
-        parts.append(f"{lane} {values} values in {len(groups)} s{span}")
+        parts.append(f"{lane} {values} value{'' if values == 1 else 's'} in {len(groups)} s{span}")
     origins = rec.get("origins") or []
     workers = rec.get("workers") or {}
     tail = f"; workers for {', '.join(sorted(workers))}" if isinstance(workers, dict) and workers else ""
-    return (f"points    {rec.get('job_id')}: {len(parts)} lanes: {', '.join(parts) or '-'}{tail} "
-            f"(from {len(origins)} partitions: {', '.join(str(o) for o in origins[:4])}"
-            f"{', ...' if len(origins) > 4 else ''})")
+    more = f", +{len(origins) - 4} more" if len(origins) > 4 else ""
+    return (f"points    {rec.get('job_id')}: {', '.join(parts) or 'no lanes'}{tail} "
+            f"(from {', '.join(str(o) for o in origins[:4]) or '-'}{more})")
 
 
 def _watermark(rec: dict[str, Any]) -> str:
@@ -61,7 +62,8 @@ def _watermark(rec: dict[str, Any]) -> str:
     eos = rec.get("eos") or []
     times = [v for v in origins.values() if isinstance(v, int | float)] if isinstance(origins, dict) else []
     span = f", event time {_clock(min(times))} (slowest) to {_clock(max(times))}" if times else ""
-    return f"watermark {len(origins)} input partitions{span}, {len(eos)} at end of input"
+    n = len(origins)
+    return f"watermark of {n} input partition{'' if n == 1 else 's'}{span}, {len(eos)} at end of input"
 
 
 def render(what: str, rec: Any) -> str:
@@ -72,10 +74,10 @@ def render(what: str, rec: Any) -> str:
 
     >>> print(render("anomalies", {"type": "points", "job_id": "llm", "origins": ["telemetry.gpu:0"],
     ...     "lanes": {"gpu_util": [[1764502930.0, [90.0, 91.0]], [1764502931.0, [89.0]]]}}))
-    points    llm: 1 lanes: gpu_util 3 values in 2 s 11:42:10.000-11:42:11.000 (from 1 partitions: telemetry.gpu:0)
+    points    llm: gpu_util 3 values in 2 s 11:42:10.000-11:42:11.000 (from telemetry.gpu:0)
     >>> print(render("anomalies", {"type": "watermark", "origins": {"telemetry.gpu:0": 1764502930.0,
     ...     "telemetry.nic:3": 1764502932.5}, "eos": []}))
-    watermark 2 input partitions, event time 11:42:10.000 (slowest) to 11:42:12.500, 0 at end of input
+    watermark of 2 input partitions, event time 11:42:10.000 (slowest) to 11:42:12.500, 0 at end of input
     """
     from lockstep.render import render_alert
 
@@ -144,11 +146,18 @@ async def _tail(settings: LockstepSettings, args: argparse.Namespace) -> int:
     if args.max_seconds is not None:
         loop.call_later(args.max_seconds, stop.set)
     await consumer.start()
+    printed = 0
     try:
         while not stop.is_set():
             for msgs in (await consumer.getmany(timeout_ms=200)).values():
                 for m in msgs:
                     print(render_message(args.what, m.value, args.json), flush=True)
+                    printed += 1
+                    if args.max_records is not None and printed >= args.max_records:
+                        stop.set()
+                        break
+                if stop.is_set():
+                    break
     finally:
         await consumer.stop()
     return 0

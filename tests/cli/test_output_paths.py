@@ -113,14 +113,18 @@ def anomaly(**over: Any) -> dict[str, Any]:
       "lanes": {"step_time": [[1764502930.0, [1.0, 1.1]]], "gpu_util": [[1764502930.0, [90.0]],
                                                                          [1764502931.0, [91.0, 92.0, 93.0]]]},
       "workers": {"step_time": [[1764502930.0, [1.0], ["gpu001/rank0"]]]}},
-     "points    llm-70b: 2 lanes: gpu_util 4 values in 2 s 11:42:10.000-11:42:11.000, step_time 2 values in 1 s "
-     "at 11:42:10.000; workers for step_time (from 2 partitions: telemetry.gpu:0, telemetry.step:1)"),
+     "points    llm-70b: gpu_util 4 values in 2 s 11:42:10.000-11:42:11.000, step_time 2 values in 1 s "
+     "at 11:42:10.000; workers for step_time (from telemetry.gpu:0, telemetry.step:1)"),
+    ({"type": "points", "job_id": "j", "lanes": {"step_time": [[1764502930.0, [1.0]]]},
+      "origins": [f"telemetry.gpu:{i}" for i in range(6)]},
+     "points    j: step_time 1 value in 1 s at 11:42:10.000 (from telemetry.gpu:0, telemetry.gpu:1, telemetry.gpu:2, "
+     "telemetry.gpu:3, +2 more)"),
     ({"type": "points", "job_id": "j", "lanes": {}, "origins": []},
-     "points    j: 0 lanes: - (from 0 partitions: )"),
+     "points    j: no lanes (from -)"),
     ({"type": "watermark", "origins": {"telemetry.gpu:0": 1764502930.0, "telemetry.nic:2": 1764502935.25},
       "eos": ["telemetry.nic:2"]},
-     "watermark 2 input partitions, event time 11:42:10.000 (slowest) to 11:42:15.250, 1 at end of input"),
-    ({"type": "watermark", "origins": {}, "eos": []}, "watermark 0 input partitions, 0 at end of input"),
+     "watermark of 2 input partitions, event time 11:42:10.000 (slowest) to 11:42:15.250, 1 at end of input"),
+    ({"type": "watermark", "origins": {}, "eos": []}, "watermark of 0 input partitions, 0 at end of input"),
     ({"type": "clock", "phase": "start", "source": "gpu005", "layer": "host", "ts": 1764502930.0, "offset": -6.0,
       "uncertainty": 0.1, "origin": "telemetry.host:1"},
      "clock start host/gpu005 offset -6.0 s (+/- 0.1) at 11:42:10.000"),
