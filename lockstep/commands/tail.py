@@ -124,7 +124,12 @@ def render_message(what: str, value: bytes | None, as_json: bool) -> str:
         rec = orjson.loads(value)
     except orjson.JSONDecodeError:
         return f"not JSON ({len(value)} bytes): {safe_text(value[:200].decode('utf-8', 'replace'))}"
-    return safe_json(rec) if as_json else render(what, rec)
+    if as_json:
+        return safe_json(rec)
+    try:
+        return render(what, rec)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a record not of the topic's shape
+        return f"malformed record ({safe_text(repr(exc))}): {safe_json(rec)[:200]}"
 
 
 async def _tail(settings: LockstepSettings, args: argparse.Namespace) -> int:

@@ -161,3 +161,8 @@ def test_tail_dlq_escapes_the_original_and_says_when_it_is_empty() -> None:
 ])
 def test_tail_message_lines(value: bytes | None, as_json: bool, printed: str) -> None:
     assert render_message("anomalies", value, as_json) == printed
+
+
+def test_tail_alerts_says_when_a_record_is_not_an_alert() -> None:
+    line = render_message("alerts", b'{"status": "firing", "job_id": "j\\u001b"}', as_json=False)
+    assert line == """malformed record (KeyError('severity')): {"status":"firing","job_id":"j\\u001b"}"""
