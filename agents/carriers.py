@@ -91,6 +91,9 @@ MAX_DEAD_LETTERS_PER_MESSAGE = 100
 FULL_ORIGINALS_PER_MESSAGE = 10
 #: Control messages are tiny; a bigger message is never parsed for one.
 _MAX_CONTROL_BYTES = 256
+#: The reason of a tombstone's dead letter on a topic that is not compacted (carriers, telemetry,
+#: anomalies): there a record with no value deletes nothing and carries nothing to process.
+TOMBSTONE_REASON = "tombstone: a record with no value (the topic is not compacted: it deletes nothing)"
 
 Send = Callable[[Any, bytes | None, bytes, int | None], Awaitable[None]]
 DeadLetter = Callable[[dict[str, Any]], Awaitable[None]]
@@ -219,7 +222,15 @@ def collection_time(headers: Mapping[str, bytes | str], record_ts: float | None)
 
 def dead_letter_record(msg: CarrierMessage, *, reason: str, error: str, record: str | None,
                        stage: str = "convert", with_original: bool = True) -> dict[str, Any]:
-    """A ``dlq`` record (:class:`models.records.DeadLetter`) for a carrier message or one record in it."""
+    """A ``dlq`` record (:class:`models.records.DeadLetter`) for a carrier message or one record in it.
+
+    A tombstone's message has the empty value, so its dead letter's original is empty (size 0):
+
+    >>> tomb = dead_letter_record(CarrierMessage("t", 0, 5, b"k", None, b""), reason=TOMBSTONE_REASON,
+    ...                           error="ValidationFailed", record=None)
+    >>> tomb["original"], tomb["original_size"], tomb["reason"].split(":")[0]
+    ('', 0, 'tombstone')
+    """
     rec: dict[str, Any] = {
         "stage": stage, "reason": reason, "error": error, "topic": msg.topic, "partition": msg.partition,
         "offset": msg.offset, "record": record, "original": "", "original_size": len(msg.value),
@@ -365,6 +376,9 @@ def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalo
         value = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
         msg = CarrierMessage(m.topic, m.partition, m.offset, m.key if isinstance(m.key, bytes) else None,
                              m.timestamp or None, value)
+        if event.value is None:
+            await dead_letter(dead_letter_record(msg, reason=TOMBSTONE_REASON, error="ValidationFailed", record=None))
+            return
         carrier: CarrierTopic | None = carriers.get(m.topic)
         if carrier is None:  # cannot happen: the agents only subscribe to catalogue carriers
             await dead_letter(dead_letter_record(msg, reason=f"{m.topic} is not a carrier topic",

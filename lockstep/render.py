@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lockstep.safetext import safe_data
+
 
 def _num(v: Any) -> str:
     if v is None:
@@ -28,12 +30,16 @@ def _labels(labels: dict[str, str], keep: tuple[str, ...] = ("port", "device", "
 def render_alert(alert: dict[str, Any], width: int = 100) -> str:
     """A multi-line block: headline, symptom, cause, other jobs, timeline table.
 
+    Every string of ``alert`` is escaped first (:func:`lockstep.safetext.safe_data`): label values
+    and names come from the cluster and must not drive the terminal.
+
     >>> print(render_alert({"status": "firing", "severity": "critical", "type": "job_slowdown",
     ...     "job_id": "j", "gpus": 16, "nodes": ["a", "b"], "summary": "s", "started_at": "2025-11-30T11:42:18.000Z",
     ...     "symptom": None, "root_cause": {"domain": "unknown", "source": None}, "timeline": [],
     ...     "other_jobs": []}).splitlines()[0][:60])
     ━━ FIRING critical · job_slowdown · j (16 GPUs, 2 nodes) ━━━
     """
+    alert = safe_data(alert)
     status = alert["status"].upper()
     head = (f"━━ {status} {alert['severity']} · {alert['type']} · {alert.get('job_id') or '-'} "
             f"({alert.get('gpus', 0)} GPUs, {len(alert.get('nodes') or [])} nodes) ")

@@ -2,6 +2,11 @@
 
 The simulator plays a scenario (default ``seed-incident``) at ``speed`` times real time, then keeps
 the cluster running healthily in real time until Ctrl-C. Each alert is printed as a readable block.
+
+No event time is ever ahead of the wall clock (a resolved alert's ``endsAt`` in the future would
+keep it active in Alertmanager): :func:`demo_start` anchors the scenario far enough in the past
+that playing it fast only catches up with the wall clock, and :func:`send_at` never sends a second
+of the scenario before it is over on the wall clock, so once caught up the play is real time.
 """
 
 from __future__ import annotations
@@ -23,27 +28,88 @@ from agents.web import port_available
 from lockstep.broker import EmbeddedBroker
 from lockstep.render import render_alert
 from lockstep.replay import message_key
-from lockstep.simulate import SCENARIOS, Simulator
+from lockstep.simulate import SCENARIOS, Scenario, Simulator
 from lockstep.worker import Worker
 from models.inventory import inventory_adapter, inventory_key
 from models.settings import LockstepSettings
+from models.timeutil import format_ts
 
 log = logging.getLogger("lockstep.run")
+
+#: How far behind the wall clock the scenario's event times still are at the end of a fast play.
+DEMO_MARGIN_S = 5.0
+
+
+def demo_start(now: float, duration: float, speed: float, margin: float = DEMO_MARGIN_S) -> float:
+    """The scenario start (Unix s, whole seconds) for a play begun at wall time ``now``.
+
+    Played at ``speed`` x real time, second ``rel`` is sent at ``now + rel / speed`` while its event
+    time is ``start + rel``; starting ``duration * (1 - 1/speed) + margin`` before ``now`` keeps every
+    event time of the scenario at least ``margin`` behind the wall clock, the whole scenario still
+    plays at ``speed``, and at its end the event times are ``margin`` behind the wall clock (the play
+    goes on at ``speed`` until they are one second behind, then in real time: :func:`send_at`).
+
+    >>> now = 1764502930.5
+    >>> now - demo_start(now, duration=180.0, speed=10.0)  # 162 s of catching up, 5 s of margin
+    167.5
+    >>> now - demo_start(now, duration=180.0, speed=1.0), now - demo_start(now, duration=180.0, speed=0.5)
+    (5.5, 5.5)
+    """
+    if speed <= 0:
+        raise ValueError(f"speed must be positive, got {speed:g}")
+    lead = duration * (1.0 - 1.0 / speed) if speed > 1.0 else 0.0
+    return float(math.floor(now - lead - margin))
+
+
+def send_at(rel: float, *, start_ts: float, wall0: float, speed: float) -> float:
+    """The wall time (Unix s) to send second ``rel`` of a scenario that starts at ``start_ts``.
+
+    ``speed`` x real time from ``wall0``, but never before second ``rel`` is over on the wall clock
+    (``start_ts + rel + 1``): no event time is sent ahead of the wall clock, whatever the anchor,
+    and a play that has caught up with the wall clock goes on in real time.
+
+    >>> [send_at(r, start_ts=1000.0, wall0=1100.0, speed=10.0) for r in (0, 100, 110, 120)]
+    [1100.0, 1110.0, 1111.0, 1121.0]
+    """
+    return max(wall0 + rel / speed, start_ts + rel + 1.0)
+
+
+def fault_banner(scenario: Scenario, start_ts: float, now: float, speed: float) -> str:
+    """What the banner says about the scenario's first fault: its event time and when it plays.
+
+    >>> from lockstep.simulate import SCENARIOS
+    >>> fault_banner(SCENARIOS["seed-incident"], 1764502930.0 - 70.0, now=1764502930.0 - 70.0 + 167.0, speed=10.0)
+    'first fault at 11:42:10 UTC event time, in about 7 s'
+    >>> fault_banner(SCENARIOS["healthy"], 1764502930.0, now=1764502930.0, speed=10.0)
+    'no fault'
+    """
+    offset = scenario.fault_offset
+    if offset is None:
+        return "no fault"
+    due = send_at(offset, start_ts=start_ts, wall0=now, speed=speed)
+    return f"first fault at {format_ts(start_ts + offset)[11:19]} UTC event time, in about {due - now:.0f} s"
 
 
 async def play(settings: LockstepSettings, bootstrap: str, scenario: str, speed: float, seed: int,
                stop: asyncio.Event, start_ts: float, realtime_after: bool = True) -> None:
-    """Produce the scenario to the telemetry topics, paced at ``speed`` x real time."""
+    """Produce the scenario to the telemetry topics: ``speed`` x real time while its event times are
+    behind the wall clock, real time once they have caught up (:func:`send_at`)."""
     cat = TopicCatalogue(settings)
     sim = Simulator(SCENARIOS[scenario], start_ts=start_ts, seed=seed)
     producer = await start_producer(settings, bootstrap)
     try:
-        wall0 = time.monotonic()
+        wall0 = time.time()  # the wall clock, not a monotonic one: event times are compared with it
         rel = 0
         duration = sim.scenario.duration
         while not stop.is_set():
             if rel >= duration and not realtime_after:
                 break
+            delay = send_at(rel, start_ts=start_ts, wall0=wall0, speed=speed) - time.time()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                if stop.is_set():
+                    break
             for msg in sim.tick(float(rel)):
                 if msg.topic == "inventory":
                     event = inventory_adapter.validate_python(msg.value)
@@ -53,11 +119,6 @@ async def play(settings: LockstepSettings, bootstrap: str, scenario: str, speed:
                 key = message_key(msg.value[0]) if msg.value else msg.key
                 await producer.send(cat.telemetry(msg.topic), orjson.dumps(msg.value), key=key.encode())
             rel += 1
-            target = wall0 + (rel / speed if rel <= duration else duration / speed + (rel - duration))
-            delay = target - time.monotonic()
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
     finally:
         await producer.stop()
 
@@ -108,8 +169,9 @@ async def run(settings: LockstepSettings, *, scenario: str = "seed-incident", sp
             out.write(f"lockstep: embedded Kafka-protocol broker (Tansu, pid {broker.pid}) on {bootstrap}\n")
         await create_topics(settings, bootstrap)
         # Inventory first, so the worker starts with the cluster's jobs and topology loaded.
-        anchor = math.floor(time.time()) - 5.0
-        sim = Simulator(SCENARIOS[scenario], start_ts=anchor, seed=seed)
+        sc = SCENARIOS[scenario]
+        anchor = demo_start(time.time(), sc.duration, speed)
+        sim = Simulator(sc, start_ts=anchor, seed=seed)
         producer = await start_producer(settings, bootstrap)
         cat = TopicCatalogue(settings)
         for msg in sim.inventory():
@@ -121,9 +183,10 @@ async def run(settings: LockstepSettings, *, scenario: str = "seed-incident", sp
             settings = settings.model_copy(update={"web_port": 0})
         worker = Worker(settings, bootstrap, serve_web=True)
         await worker.start()
-        sc = SCENARIOS[scenario]
         out.write(f"lockstep: worker up; simulating {len(sim.nodes)} nodes x {sim.cluster.gpus_per_node} GPUs, "
                   f"{len(sim.cluster.jobs)} jobs; scenario {scenario} at {speed:g}x ({sc.description})\n")
+        out.write(f"lockstep: {fault_banner(sc, anchor, time.time(), speed)}; event times run behind the wall "
+                  "clock until the scenario has played\n")
         out.write(f"lockstep: timeline page at {worker.web_url}/\n")
         out.write("lockstep: waiting for alerts (Ctrl-C to stop)\n")
         out.flush()

@@ -109,6 +109,19 @@ class Scenario:
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
     expect: str = ""
 
+    @property
+    def fault_offset(self) -> float | None:
+        """Seconds from the scenario start to its first fault, None without one.
+
+        A standing condition (a fault active from the start to the end, such as a skewed clock) is
+        not a fault that *happens*, so it does not count.
+
+        >>> [SCENARIOS[name].fault_offset for name in ("seed-incident", "clock-skew", "xid", "healthy")]
+        [70.0, 70.0, 45.0, None]
+        """
+        starts = [f.start for f in self.faults if math.isfinite(f.end)]
+        return min(starts) if starts else None
+
 
 def _seed_faults(fault_at: float, length: float = 60.0, job: str = "llm-70b") -> tuple[Fault, ...]:
     end = fault_at + length
@@ -143,8 +156,8 @@ LAB_DURATION = F_END + 50.0
 SCENARIOS: dict[str, Scenario] = {
     "seed-incident": Scenario(
         "seed-incident",
-        "leaf03 port 17 takes symbol errors at 11:42:10; llm-70b's AllReduce rises 2 s later, GPU "
-        "utilisation falls at 5 s, step time doubles at 8 s; all recover after 60 s",
+        "leaf03 port 17 takes symbol errors 70 s in; llm-70b's AllReduce rises 2 s later, GPU utilisation "
+        "falls at 5 s, step time doubles at 8 s; all recover after 60 s",
         duration=FAULT_AT + 110.0,
         faults=_seed_faults(FAULT_AT),
         expect="one job_slowdown for llm-70b: network, leaf03 port 17, switch -> nccl -> gpu -> step",

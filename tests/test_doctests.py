@@ -12,9 +12,11 @@ import models
 import streams
 
 PACKAGES = [models, streams]
-EXTRA = ["lockstep.render", "lockstep.replay", "lockstep.broker", "agents.app", "agents.batching", "agents.carriers",
-         "agents.gaps", "agents.stalls", "agents.topics", "agents.transport", "lockstep.commands.bench",
-         "benchmarks.lockbench", "benchmarks.cpulimit"]
+EXTRA = ["lockstep.render", "lockstep.safetext", "lockstep.commands.tail", "lockstep.commands.diagnose",
+         "lockstep.commands.schema",
+         "lockstep.run", "lockstep.simulate", "lockstep.replay", "lockstep.broker", "agents.app", "agents.batching",
+         "agents.carriers", "agents.gaps", "agents.stalls", "agents.topics", "agents.transport",
+         "lockstep.commands.bench", "benchmarks.lockbench", "benchmarks.cpulimit"]
 
 
 def modules() -> list[str]:

@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 
+from lockstep.safetext import safe_text
 from models.settings import LockstepSettings
 
 
@@ -52,5 +53,5 @@ def run(args: argparse.Namespace) -> int:
             await producer.stop()
 
     asyncio.run(send())
-    print(f"annotated {args.job} at {format_ts(ts)}: {args.text} ({record.annotation_id})")
+    print(f"annotated {safe_text(args.job)} at {format_ts(ts)}: {safe_text(args.text)} ({record.annotation_id})")
     return 0

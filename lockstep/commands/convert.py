@@ -22,6 +22,7 @@ from typing import BinaryIO, TextIO
 
 import orjson
 
+from lockstep.safetext import safe_text
 from models.samples import MAX_MESSAGE_BYTES
 
 
@@ -125,7 +126,7 @@ def convert_files(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             for event in result.inventory:
                 out.write(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE).decode())
             for rejection in result.rejections:
-                print(f"{path}: {rejection}", file=err)
+                print(f"{safe_text(path)}: {safe_text(rejection)}", file=err)
             total.merge(result)
     skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(total.skipped.items()))
     print(f"lockstep convert: {len(total.samples)} samples, {len(total.inventory)} inventory events, "

@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from lockstep.safetext import safe_data, safe_json, safe_text
 from models.settings import LockstepSettings
 
 
@@ -64,7 +65,7 @@ def fetch_diagnosis(base: str, job: str, alert: str | None = None, timeout: floa
 
 
 def render_diagnosis(d: dict[str, Any], width: int = 100) -> str:
-    """The seven answers as a readable block.
+    """The seven answers as a readable block, every string escaped (:func:`lockstep.safetext.safe_data`).
 
     >>> print(render_diagnosis({"job_id": "j", "name": None, "status": "ok", "as_of_iso": None, "alert_id": None,
     ...     "answers": [{"n": 1, "question": "Which GPUs take part in the job?", "answer": "8 GPUs"}]}, width=30))
@@ -72,6 +73,7 @@ def render_diagnosis(d: dict[str, Any], width: int = 100) -> str:
       1. Which GPUs take part in the job?
          8 GPUs
     """
+    d = safe_data(d)
     name = f" ({d['name']})" if d.get("name") and d["name"] != d["job_id"] else ""
     head = f"━━ {d['job_id']}{name} · {d['status']}"
     if d.get("alert_id"):
@@ -92,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         d = fetch_diagnosis(base, args.job, args.alert, args.timeout)
     except LookupError as exc:
-        print(f"lockstep diagnose: {exc}", file=sys.stderr)
+        print(f"lockstep diagnose: {safe_text(exc)}", file=sys.stderr)
         return 1
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        print(f"lockstep diagnose: no worker answers at {base} ({reason}); start one (`lockstep run` or "
-              "`lockstep worker`) or pass --url", file=sys.stderr)
+        print(f"lockstep diagnose: no worker answers at {safe_text(base)} ({safe_text(reason)}); start one "
+              "(`lockstep run` or `lockstep worker`) or pass --url", file=sys.stderr)
         return 2
-    print(json.dumps(d, indent=2) if args.json else render_diagnosis(d))
+    print(safe_json(d, indent=2) if args.json else render_diagnosis(d))
     return 0

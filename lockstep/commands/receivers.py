@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lockstep.safetext import safe_text
 from models.errors import ConfigError, DeliveryError
 from models.settings import LockstepSettings
 
@@ -107,7 +108,8 @@ async def _test(settings: LockstepSettings, routes: Path | None, only: list[str]
             except DeliveryError as exc:
                 failed += 1
                 kind = "will retry" if exc.retryable else "rejected"
-                print(f"{name:24s} {rc.kind:12s} FAILED ({kind}): {resolver.redactor.text(str(exc))}", file=out)
+                reason = safe_text(resolver.redactor.text(str(exc)))
+                print(f"{name:24s} {rc.kind:12s} FAILED ({kind}): {reason}", file=out)
             finally:
                 await receiver.close()
     finally:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from lockstep.safetext import safe_text
 from models.errors import ConfigError
 
 
@@ -31,6 +32,7 @@ def run_check(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.file}: {len(rules.inhibit)} inhibition rules, {len(rules.silences)} silences")
     for s in rules.silences.values():
-        matchers = ", ".join(str(m) for m in s.matchers)
-        print(f"  {s.kind:11s} {s.silence_id}: {matchers} from {format_ts(s.starts_at)} to {format_ts(s.ends_at)}")
+        matchers = safe_text(", ".join(str(m) for m in s.matchers))
+        print(f"  {s.kind:11s} {safe_text(s.silence_id)}: {matchers} from {format_ts(s.starts_at)} "
+              f"to {format_ts(s.ends_at)}")
     return 0

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from lockstep.commands.run import positive_speed
 from lockstep.simulate import SCENARIOS
 
 
@@ -17,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--output", "-o", type=Path, help="write JSONL here (a replay file)")
     p.add_argument("--kafka", action="store_true",
                    help="produce live to LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS (inventory first, then 1 s ticks)")
-    p.add_argument("--speed", type=float, default=1.0, help="with --kafka: play this many times faster than real time")
+    p.add_argument("--speed", type=positive_speed, default=1.0,
+                   help="with --kafka: play this many times faster than real time (event times start far enough "
+                   "in the past never to be ahead of the wall clock)")
     p.add_argument("--once", action="store_true", help="with --kafka: stop at the end of the scenario")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--list", action="store_true", help="list the scenarios and what each should yield")
@@ -55,14 +58,13 @@ def run(args: argparse.Namespace) -> int:
 def _live(args: argparse.Namespace) -> int:
     import asyncio
     import contextlib
-    import math
     import signal
     import time
 
     from agents.kafka import start_producer
     from agents.topics import TopicCatalogue, create_topics
     from lockstep.logs import setup_logging
-    from lockstep.run import play
+    from lockstep.run import demo_start, play
     from lockstep.simulate import Simulator
     from models.inventory import inventory_adapter, inventory_key
     from models.settings import LockstepSettings
@@ -81,8 +83,9 @@ def _live(args: argparse.Namespace) -> int:
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
         await create_topics(settings, bootstrap)
-        anchor = math.floor(time.time())
-        sim = Simulator(SCENARIOS[args.scenario], start_ts=anchor, seed=args.seed)
+        sc = SCENARIOS[args.scenario]
+        anchor = demo_start(time.time(), sc.duration, args.speed)
+        sim = Simulator(sc, start_ts=anchor, seed=args.seed)
         producer = await start_producer(settings, bootstrap)
         cat = TopicCatalogue(settings)
         for msg in sim.inventory():

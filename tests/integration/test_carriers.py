@@ -30,6 +30,7 @@ from agents.app import build_app
 from agents.carriers import (
     FULL_ORIGINALS_PER_MESSAGE,
     MAX_DEAD_LETTERS_PER_MESSAGE,
+    TOMBSTONE_REASON,
     CarrierMessage,
     rejection_dead_letters,
     route_samples,
@@ -165,6 +166,24 @@ def test_end_of_input_is_recorded_per_partition_and_never_forwarded(loop: Any) -
     assert app.lockstep_carriers.eos == {f"{topic}:1"}
     [(t, _, dl, _)] = sent  # the eos went nowhere; an unknown control verb is bad input
     assert t == "lockstep.dlq" and dl["reason"] == "unknown control 'stop'"
+
+
+def test_a_tombstone_is_dead_lettered_as_one_with_an_empty_original(loop: Any) -> None:
+    app, settings, sent = make(loop)
+    topic = TopicCatalogue(settings)._n("telemetry.raw.prometheus")
+
+    async def go() -> None:
+        async with app.agents["convert"].test_context() as agent:
+            await put_on(agent, topic, None, key=b"leaf03", partition=1)  # type: ignore[arg-type]
+            await put_on(agent, topic, b"", key=b"leaf04", partition=1)  # empty, not a tombstone: an empty scrape
+
+    loop.run_until_complete(go())
+    [(t, key, dl, _)] = sent
+    assert (t, key) == ("lockstep.dlq", b"leaf03")
+    DeadLetter.model_validate(dl)
+    assert (dl["stage"], dl["error"], dl["reason"]) == ("convert", "ValidationFailed", TOMBSTONE_REASON)
+    assert (dl["original"], dl["original_size"], dl["key"]) == ("", 0, "leaf03")
+    assert (dl["topic"], dl["partition"], dl["offset"]) == (topic, 1, 0)
 
 
 def test_nccl_inspector_v4_3_context_is_carried_per_stream_and_survives_a_snapshot(loop: Any) -> None:
