@@ -18,7 +18,6 @@ Bad input never stops an agent: it becomes a dead letter on ``dlq``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -31,7 +30,7 @@ import orjson
 
 from agents import transport
 from agents.batching import take_batches
-from agents.carriers import attach_carriers
+from agents.carriers import TOMBSTONE_REASON, attach_carriers
 from agents.gaps import RangeReader, catch_up_until, expected_next
 from agents.kafka import client_kwargs, faust_credentials
 from agents.metrics import WorkerMetrics
@@ -743,12 +742,18 @@ def build_app(
         n = 0
         for m in records:
             if m.value is None:
+                if outputs:  # state only: it was dead-lettered when first read
+                    await dead_letter(_dl("correlate", TOMBSTONE_REASON, m))
                 continue
-            with contextlib.suppress(KeyError, TypeError, ValueError):  # JSONDecodeError is a ValueError
+            try:
                 res = corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset, m.timestamp / 1000.0)
-                n += 1
+            except (KeyError, TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
                 if outputs:
-                    await emit_results(res)
+                    await dead_letter(_dl("correlate", f"malformed record: {exc!r}", m))
+                continue
+            n += 1
+            if outputs:
+                await emit_results(res)
         return n
 
     async def correlate_one(event: Any) -> None:
@@ -766,6 +771,9 @@ def build_app(
         if hole:  # records Faust never handed over: folded in first, in offset order
             await correlate_records(corr, hole, outputs=True)
             ack_read(hole)
+        if event.value is None:
+            await dead_letter(_dl("correlate", TOMBSTONE_REASON, event))
+            return
         try:
             rec = orjson.loads(event.value)
         except orjson.JSONDecodeError as exc:
@@ -965,6 +973,8 @@ def _items(records: list[Any]) -> list[tuple[bytes, Origin]]:
 
 
 def _raw(value: Any) -> bytes:
+    if value is None:  # a tombstone: no value, not the text "None"
+        return b""
     return value if isinstance(value, bytes) else bytes(value) if isinstance(value, bytearray | memoryview) else (
         str(value).encode())
 
@@ -1036,14 +1046,18 @@ def fit_dead_letter(record: dict[str, Any], limit: int = MAX_RECORD_BYTES - 64 *
 
 
 def _dl(stage: str, reason: str, event: Any, error: str = "ValidationFailed") -> dict[str, Any]:
+    """The dead letter of a Faust event, or of an aiokafka record read around Faust (a hole, a catch-up:
+    its time is in milliseconds)."""
     import base64
 
-    msg = event.message
-    raw = event.value if isinstance(event.value, bytes | bytearray) else bytes(str(event.value), "utf-8")
+    msg = getattr(event, "message", None)
+    ts = (msg.timestamp or 0.0) if msg is not None else (event.timestamp or 0) / 1000.0
+    msg = msg if msg is not None else event
+    raw = _raw(event.value)
     return {
         "stage": stage, "reason": reason, "error": error, "topic": msg.topic,
         "partition": msg.partition, "offset": msg.offset, "record": None,
         "original": base64.b64encode(raw).decode("ascii"), "original_size": len(raw),
         "key": msg.key.decode("utf-8", "replace") if isinstance(msg.key, bytes) else None,
-        "ts": msg.timestamp or 0.0, "retryable": False,
+        "ts": ts, "retryable": False,
     }

@@ -69,6 +69,8 @@ def decode_records(raw: bytes) -> tuple[list[Any] | None, Rejection | None, str 
     """
     if len(raw) > MAX_MESSAGE_BYTES:
         return None, Rejection(None, f"message of {len(raw)} bytes exceeds {MAX_MESSAGE_BYTES}", "DecodeFailed"), None
+    if not raw:
+        return None, Rejection(None, "empty message (a tombstone: a record with no value)", "DecodeFailed"), None
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
