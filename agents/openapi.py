@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from lockstep import __version__
 from models.alerts import Alert
 from models.operator import AnnotationRecord, AnnotationRequest, SilenceRecord, SilenceRequest
+from models.version import __version__
 from streams.lanes import LANE_ORDER
 
 REF = "#/components/schemas/{model}"

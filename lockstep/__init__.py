@@ -1,3 +1,5 @@
 """Lockstep: streaming event correlation for AI training clusters (the command-line application)."""
 
-__version__ = "0.1.0"
+from models.version import __version__
+
+__all__ = ["__version__"]

@@ -132,8 +132,9 @@ class Worker:
             await self.web.stop()
         if self.app is not None:
             await self.app.stop()
-        if self.state is not None and self.state.ranges is not None:
-            await self.state.ranges.close()
+        offsets = getattr(self.app, "lockstep_runtime", None) and self.app.lockstep_runtime.offsets
+        if offsets is not None:
+            await offsets.ranges.close()
         if self.reader is not None:
             await self.reader.stop()
         if self.silences is not None:

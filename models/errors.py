@@ -61,3 +61,8 @@ class DeliveryRetryable(DeliveryError):
 
 class DeliveryRejected(DeliveryError):
     """4xx other than 429: the payload is wrong for the receiver; goes to the dead-letter topic."""
+
+
+class InternalError(LockstepError):
+    """Processing raised where it should not (a bug): the message it was processing is dead-lettered
+    alone, with its bytes, and everything else goes on."""

@@ -14,7 +14,8 @@ import streams
 PACKAGES = [models, streams]
 EXTRA = ["lockstep.render", "lockstep.safetext", "lockstep.commands.tail", "lockstep.commands.diagnose",
          "lockstep.commands.schema",
-         "lockstep.run", "lockstep.simulate", "lockstep.replay", "lockstep.broker", "agents.app", "agents.batching",
+         "lockstep.run", "lockstep.simulate", "lockstep.replay", "lockstep.broker", "lockstep.logs",
+         "agents.app", "agents.batching", "agents.deadletters", "agents.recovery", "agents.runtime", "agents.snapshots",
          "agents.carriers", "agents.gaps", "agents.stalls", "agents.topics", "agents.transport",
          "lockstep.commands.bench", "benchmarks.lockbench", "benchmarks.cpulimit"]
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-REPO = Path(__file__).resolve().parents[2]
+#: Results and docs/performance.md are written under the directory the command runs in (a checkout).
+ROOT = Path.cwd()
 BEGIN = "<!-- bench:begin (written by `lockstep bench`) -->"
 END = "<!-- bench:end -->"
 
@@ -172,12 +173,9 @@ def write_docs(doc: dict[str, Any], path: Path) -> bool:
 
 
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.lockbench import run_all
     from lockstep.broker import EmbeddedBroker
     from models.settings import LockstepSettings
-
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from benchmarks.lockbench import run_all
 
     bootstrap = LockstepSettings().kafka_bootstrap_servers
     broker = None
@@ -194,16 +192,19 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not (REPO / "benchmarks" / "lockbench.py").exists():
-        print("lockstep bench runs from a source checkout (benchmarks/ is not installed)", file=sys.stderr)
+    try:
+        import benchmarks.lockbench  # noqa: F401 - installed with the package (pyproject: packages)
+    except ImportError:
+        print("lockstep bench: the benchmarks package is not installed with this lockstep; install from the "
+              "sources (git clone ... && pip install '.[embedded]') to run it", file=sys.stderr)
         return 2
     doc = asyncio.run(_bench(args))
-    out = args.output or REPO / "benchmarks" / "results" / f"{doc['commit']}.json"
+    out = args.output or ROOT / "benchmarks" / "results" / f"{doc['commit']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     print(f"\nwrote {out}")
     print(table(doc))
-    if not args.no_docs and write_docs(doc, REPO / "docs" / "performance.md"):
+    if not args.no_docs and write_docs(doc, ROOT / "docs" / "performance.md"):
         print("updated docs/performance.md")
     return 0
 

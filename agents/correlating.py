@@ -1,0 +1,222 @@
+"""The ``correlate`` agent (and ``forward_annotations``): per-job correlation of the ``anomalies`` topic.
+
+    anomalies  --correlate-->  alerts, timelines, stats, dlq
+    annotations  --forward_annotations-->  anomalies (keyed by job, in order with its evidence)
+
+One :class:`streams.jobs.JobPartition` per ``anomalies`` partition, snapshotted to ``correlator_state``
+after the outputs it produced (agents.snapshots) and restored after a restart or rebalance (the
+recovery decisions: agents.recovery). A timer advances idle partitions (the watermark moves as wall
+time passes).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import faust
+import orjson
+
+from agents.carriers import TOMBSTONE_REASON
+from agents.deadletters import dead_letter_of
+from agents.offsets import facts
+from agents.recovery import Action, decide
+from agents.runtime import Runtime, seen
+from agents.snapshots import read_snapshot
+from agents.topics import CORRELATOR_STATE_TABLE
+from models.errors import InternalError, ValidationFailed
+from streams.jobs import JobPartition
+
+log = logging.getLogger("lockstep.agents")
+
+
+class Correlate:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.state = rt.state
+        self.metrics = rt.metrics
+
+    # -- the agents -----------------------------------------------------------------------------
+    async def run(self, stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.events():
+            try:
+                await self.one(event)
+            except Exception as exc:
+                log.exception("correlate failed on partition %s@%s", event.message.partition, event.message.offset)
+                await self.rt.dead_letter(dead_letter_of("correlate", InternalError, f"internal error: {exc!r}",
+                                                         event))
+
+    async def forward_annotations(self, stream: faust.StreamT[bytes]) -> None:
+        """Operator annotations join their job's correlation partition, in order with its evidence."""
+        from pydantic import ValidationError
+
+        from models.operator import AnnotationRecord
+
+        rt = self.rt
+        async for event in stream.events():
+            try:
+                rec = AnnotationRecord.model_validate_json(event.value)
+            except ValidationError as exc:
+                await rt.dead_letter(dead_letter_of("forward_annotations", ValidationFailed,
+                                                    f"not an annotation: {exc.errors()[0]['msg']}", event))
+                continue
+            await rt.send(rt.topics.anomalies, rec.job_id.encode(), rec.model_dump_json().encode())
+
+    async def tick(self) -> None:
+        """Advance every partition as wall time passes (idle inputs drop out of the watermark)."""
+        for partition, corr in list(self.state.correlators.items()):
+            await self.emit_results(corr.tick(time.monotonic()))
+            self.state.progress.correlation(partition, time.monotonic(), corr.watermark)
+
+    # -- one record -----------------------------------------------------------------------------
+    def correlator_for(self, partition: int) -> JobPartition:
+        rt, state = self.rt, self.state
+        corr = state.correlators.get(partition)
+        if corr is None:
+            corr = JobPartition(rt.correlator, rt.inventory, rt.expected_origins, rt.signals, rt.rules)
+            blob = read_snapshot(rt.correlator_table, str(partition).encode())
+            if blob:
+                try:
+                    corr.restore(blob, time.monotonic())
+                    self.metrics.restores.labels(CORRELATOR_STATE_TABLE).inc()
+                    state.correlator_resume_check.add(partition)
+                    log.info("restored correlation partition %d: %d jobs, input offset %s", partition,
+                             len(corr.correlator.jobs), corr.last_offset)
+                    if corr.correlator.repaired_watermark:
+                        log.warning("correlation partition %d: the snapshot held an infinite watermark (an older "
+                                    "version's); recomputed from the inputs' progress: %s", partition, corr.watermark)
+                except Exception:
+                    log.exception("correlator snapshot of partition %d unusable; starting empty", partition)
+                    corr = JobPartition(rt.correlator, rt.inventory, rt.expected_origins, rt.signals, rt.rules)
+            state.correlators[partition] = corr
+        return corr
+
+    async def one(self, event: Any) -> None:
+        rt, state, metrics = self.rt, self.state, self.metrics
+        partition = event.message.partition
+        state.stalls.delivered(f"{event.message.topic}:{partition}", time.monotonic())
+        corr = self.correlator_for(partition)
+        if partition in state.correlator_resume_check:
+            if not await self.resume(corr, partition, event.message.offset, event.message.timestamp):
+                return  # already in the restored state; its outputs were flushed before the snapshot
+            state.correlator_resume_check.discard(partition)
+        elif seen(event.message.offset, event.message.timestamp, corr.last_offset, corr.last_record_ts):
+            state.redelivered += 1  # delivered again (a seek back to the committed offset): already folded in
+            return
+        if rt.offsets is not None:
+            hole = await rt.offsets.read_hole(rt.catalogue.anomalies, partition, corr.last_offset,
+                                              event.message.offset)
+            if hole:  # records Faust never handed over: folded in first, in offset order
+                await self.fold(corr, hole, outputs=True)
+                rt.offsets.ack(hole)
+        if event.value is None:
+            await rt.dead_letter(dead_letter_of("correlate", ValidationFailed, TOMBSTONE_REASON, event))
+            return
+        try:
+            rec = orjson.loads(event.value)
+        except orjson.JSONDecodeError as exc:
+            await rt.dead_letter(dead_letter_of("correlate", ValidationFailed, f"not JSON: {exc}", event))
+            return
+        if not isinstance(rec, dict):
+            await rt.dead_letter(dead_letter_of("correlate", ValidationFailed, "record is not an object", event))
+            return
+        try:
+            out = corr.on_record(rec, time.monotonic(), event.message.offset, event.message.timestamp)
+        except (KeyError, TypeError, ValueError) as exc:
+            await rt.dead_letter(dead_letter_of("correlate", ValidationFailed, f"malformed record: {exc!r}", event))
+            return
+        if out.late:
+            metrics.late.inc(len(out.late))
+        for alert in out.inhibited:
+            metrics.inhibited.labels(alert["type"]).inc()
+        await self.emit_results(out)
+        wm = corr.watermark
+        state.progress.correlation(partition, time.monotonic(), wm)
+        if math.isfinite(wm):
+            metrics.watermark.labels(str(partition)).set(wm)
+        last = state.last_correlator_snapshot.get(partition, -math.inf)
+        if out.changed or out.finished or (math.isfinite(wm) and wm - last >= rt.settings.snapshot_interval_s):
+            # Outputs first, then the state that produced them: a crash never leaves a snapshot whose
+            # alerts were lost (restart skips what a snapshot holds; see docs/performance.md). The
+            # snapshot is taken now and written after the producer flush, off this agent's path.
+            rt.snapshots.put(rt.correlator_table, CORRELATOR_STATE_TABLE, str(partition), corr.snapshot(), partition,
+                             owned=lambda: state.correlators.get(partition) is corr)
+            state.last_correlator_snapshot[partition] = wm if math.isfinite(wm) else last
+        if out.finished:
+            state.finished_partitions.add(partition)
+            if rt.on_finished is not None:
+                rt.on_finished(partition)
+
+    async def emit_results(self, res: Any) -> None:
+        rt = self.rt
+        for alert in res.alerts:
+            self.metrics.alerts.labels(alert["type"], alert["severity"], alert["status"]).inc()
+            log.info("alert %s %s %s %s (started %s, due %s)", alert["status"], alert["type"], alert.get("job_id"),
+                     alert["alert_id"], alert["started_at"], alert["detected_at"])
+            await rt.send(rt.topics.alerts, (alert.get("job_id") or "").encode(), orjson.dumps(alert))
+        for rec in res.timelines:
+            await rt.send(rt.topics.timelines, rec["job_id"].encode(), orjson.dumps(rec))
+        for rec in res.stats:
+            await rt.send(rt.topics.stats, rec["job_id"].encode(), orjson.dumps(rec))
+
+    # -- recovery -------------------------------------------------------------------------------
+    async def resume(self, corr: JobPartition, partition: int, first: int | None,
+                     first_ts: float | None = None) -> bool:
+        """Make a restored correlation partition consistent with where Faust resumed (agents.recovery, as for
+        ingest, without the end-offset check): returns False for an offset the snapshot already holds."""
+        r = decide(await facts(self.rt.offsets, self.rt.catalogue.anomalies, partition, corr.last_offset,
+                               corr.last_record_ts, first, first_ts, with_end=False))
+        if r.action is Action.SKIP_HELD:
+            return False
+        if r.action is Action.REBUILT_REFILLED and r.start is not None and r.stop is not None:
+            # Rebuilt and refilled past the snapshot before we resumed: the records before ``first`` were
+            # never correlated; correlate them now, outputs included.
+            log.warning("correlation partition %d: %s; correlating offsets %d..%d too", partition, r.why, r.start,
+                        r.stop - 1)
+            await self.fold_range(corr, partition, r.start, r.stop)
+        elif r.action is Action.REBUILT:
+            log.warning("correlation partition %d: %s; processing it whole", partition, r.why)
+        elif r.action is Action.CATCH_UP and r.start is not None and r.stop is not None:
+            n = await self.fold_range(corr, partition, r.start, r.stop, outputs=False)
+            log.info("correlation partition %d: restored state caught up over offsets %d..%d (%d records, state "
+                     "only)", partition, r.start, r.stop - 1, n)
+        return True
+
+    async def fold_range(self, corr: JobPartition, partition: int, start: int, stop: int,
+                         outputs: bool = True) -> int:
+        """Correlate offsets ``[start, stop)`` of an ``anomalies`` partition; emit what they produce unless
+        ``outputs`` is False (state only: their outputs went out before). Returns the records folded in."""
+        offsets = self.rt.offsets
+        if offsets is None:
+            return 0
+        n = 0
+        try:
+            async for records in offsets.ranges.chunks(self.rt.catalogue.anomalies, partition, start, stop):
+                n += await self.fold(corr, records, outputs)
+        except Exception:
+            log.exception("correlation partition %d: correlating %d..%d failed after %d records", partition, start,
+                          stop - 1, n)
+        return n
+
+    async def fold(self, corr: JobPartition, records: list[Any], outputs: bool) -> int:
+        """Fold records read around Faust into ``corr``, emitting what they produce when ``outputs`` (and then
+        dead-lettering the ones it cannot use; state only, they were dead-lettered when first read)."""
+        n = 0
+        for m in records:
+            if m.value is None:
+                if outputs:
+                    await self.rt.dead_letter(dead_letter_of("correlate", ValidationFailed, TOMBSTONE_REASON, m))
+                continue
+            try:
+                res = corr.on_record(orjson.loads(m.value), time.monotonic(), m.offset, m.timestamp / 1000.0)
+            except (KeyError, TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+                if outputs:
+                    await self.rt.dead_letter(dead_letter_of("correlate", ValidationFailed,
+                                                             f"malformed record: {exc!r}", m))
+                continue
+            n += 1
+            if outputs:
+                await self.emit_results(res)
+        return n

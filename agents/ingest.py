@@ -1,0 +1,358 @@
+"""The ``ingest`` agent: telemetry batches through each input partition's pipeline, and their progress.
+
+    telemetry.<layer>  --ingest-->  anomalies (episodes, clock records, job points, watermarks), dlq
+
+One :class:`streams.pipeline.PartitionPipeline` per input partition (plain objects, numpy state),
+snapshotted to ``detector_state`` every ``snapshot_interval_s`` of event time and restored after a
+restart or rebalance (the recovery decisions: agents.recovery). A batch that raises is retried
+message by message after the partition's state was put back to before it; the message that raises
+alone is dead-lettered. A timer broadcasts each owned input partition's event-time progress to
+every ``anomalies`` partition, after the records it covers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+import orjson
+
+from agents.batching import take_batches
+from agents.deadletters import dead_letter_of, raw_bytes
+from agents.offsets import facts
+from agents.recovery import Action, decide, rebuild_range
+from agents.runtime import Runtime, seen
+from agents.snapshots import read_snapshot
+from agents.topics import DETECTOR_STATE_TABLE
+from models.errors import InternalError
+from streams.pipeline import Origin, PartitionPipeline, PipelineOutput, merged_points_records
+from streams.snapshot import snapshot_due
+
+log = logging.getLogger("lockstep.agents")
+
+#: Side reads (catch-up after a restore, a rebuild) take this many messages per pipeline call.
+INGEST_BATCH_MESSAGES = 4000
+
+
+@dataclass
+class Processed:
+    """One input partition's share of an ingest batch, processed (``out`` None: nothing new in it)."""
+
+    name: str
+    partition: int
+    pipe: PartitionPipeline
+    out: PipelineOutput | None
+    hole: list[Any]
+
+
+def items_of(records: list[Any]) -> list[tuple[bytes, Origin]]:
+    """Pipeline items of aiokafka records read around Faust (Kafka time in milliseconds)."""
+    return [(raw_bytes(m.value), Origin(m.topic, m.partition, m.offset, m.timestamp / 1000.0, m.key))
+            for m in records]
+
+
+class Ingest:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.state = rt.state
+        self.metrics = rt.metrics
+        self.resumes = ingest_resume_counter(rt.metrics)
+
+    # -- the agent ------------------------------------------------------------------------------
+    async def run(self, stream: faust.StreamT[bytes]) -> None:
+        """Many messages at once: one pipeline call per input partition per batch, so the array work is
+        paid per batch, not per message. Faust acks every event of a batch once it is handled. Up to
+        ingest_batch_messages (all partitions), every ingest_batch_within_s, or at once with what queued
+        up while a longer batch was handled (agents.batching)."""
+        settings, state = self.rt.settings, self.state
+        async for events in take_batches(stream, settings.ingest_batch_messages, settings.ingest_batch_within_s):
+            groups: dict[tuple[str, int], list[Any]] = {}
+            now = time.monotonic()
+            state.batch_started = now
+            for event in events:
+                msg = event.message
+                groups.setdefault((msg.topic, msg.partition), []).append(event)
+            for topic, partition in groups:
+                state.last_message[f"{topic}:{partition}"] = now
+                state.stalls.delivered(f"{topic}:{partition}", now)
+            done: list[Processed] = []
+            for (topic, partition), group in groups.items():
+                done += await self.process_group(topic, partition, group)
+            await self.finish_batch([p for p in done if p.out is not None])
+            state.batch_started = None
+            state.progress.ingest(time.monotonic(), state.ingested_samples)
+
+    async def process_group(self, topic: str, partition: int, group: list[Any]) -> list[Processed]:
+        """One partition's messages of a batch; if that raises (a bug), retried one by one from the state
+        before the batch, and the message that raises alone is dead-lettered: nothing else is lost."""
+        name = f"{topic}:{partition}"
+        before = self.state.pipelines[name].last_offset if name in self.state.pipelines else None
+        try:
+            return [await self.process_partition(topic, partition, group)]
+        except Exception:
+            log.exception("ingest batch failed on %s[%s]; retrying its %d messages one by one", topic, partition,
+                          len(group))
+        self.metrics.batch_retries.labels(topic).inc()
+        await self.rebuild(topic, partition, before)
+        done = []
+        for event in group:
+            try:
+                done.append(await self.process_partition(topic, partition, [event]))
+            except Exception as exc:
+                log.exception("ingest failed on %s[%s]@%s; dead-lettered", topic, partition, event.message.offset)
+                await self.rt.dead_letter(dead_letter_of("ingest", InternalError, f"internal error: {exc!r}", event))
+                self.state.poison.setdefault(name, set()).add(event.message.offset)
+                await self.rebuild(topic, partition, event.message.offset, event.message.timestamp)
+        return done
+
+    def pipeline_for(self, origin: str) -> PartitionPipeline:
+        state, rt = self.state, self.rt
+        pipe = state.pipelines.get(origin)
+        if pipe is None:
+            pipe = PartitionPipeline(origin, rt.detector, rt.inventory)
+            blob = read_snapshot(rt.detector_table, origin.encode())
+            if blob:
+                try:
+                    pipe.restore(blob)
+                    self.metrics.restores.labels(DETECTOR_STATE_TABLE).inc()
+                    state.resume_check.add(origin)
+                    log.info("restored %s: %d series, watermark %s, input offset %s", origin, len(pipe.registry),
+                             pipe.watermark, pipe.last_offset)
+                except Exception:
+                    log.exception("snapshot of %s unusable; starting from an empty baseline", origin)
+                    pipe = PartitionPipeline(origin, rt.detector, rt.inventory)
+            state.pipelines[origin] = pipe
+        return pipe
+
+    async def process_partition(self, topic: str, partition: int, events: list[Any]) -> Processed:
+        """Process one input partition's messages of a batch and send their anomalies, clocks and dead
+        letters; what is per batch (points, progress, snapshots) is left to :meth:`finish_batch`."""
+        rt, state, metrics = self.rt, self.state, self.metrics
+        name = f"{topic}:{partition}"
+        pipe = self.pipeline_for(name)
+        items = [(raw_bytes(e.value), Origin(topic, partition, e.message.offset, e.message.timestamp, e.message.key))
+                 for e in events]
+        if name in state.resume_check:
+            state.resume_check.discard(name)
+            items = await self.resume(pipe, topic, partition, items)
+        elif seen(items[0][1].offset, items[0][1].timestamp, pipe.last_offset, pipe.last_record_ts):
+            # Delivered again (at least once: a seek back to the committed offset): already in the state,
+            # unless written after the state's last message (a topic rebuilt under us: processed).
+            kept = [it for it in items if not seen(it[1].offset, it[1].timestamp, pipe.last_offset,
+                                                    pipe.last_record_ts)]
+            state.redelivered += len(items) - len(kept)
+            items = kept
+        if not items:
+            return Processed(name, partition, pipe, None, [])
+        hole = await rt.offsets.read_hole(topic, partition, pipe.last_offset, items[0][1].offset) \
+            if rt.offsets is not None else []
+        if hole:  # processed first, in offset order; acknowledged to Faust once their outputs are out
+            items = items_of(hole) + items
+        started = time.perf_counter()
+        out = pipe.process_many(items)
+        metrics.stage_seconds.labels("ingest_batch").observe(time.perf_counter() - started)
+        metrics.messages_in.labels(topic).inc(len(items))
+        state.ingested_messages += len(items)
+        state.ingested_samples += out.samples
+        for layer, n in out.by_layer.items():
+            metrics.samples_in.labels(topic, layer).inc(n)
+        if out.out_of_order:
+            metrics.out_of_order.labels(topic).inc(out.out_of_order)
+        if out.duplicates:
+            metrics.duplicates.labels(topic).inc(out.duplicates)
+        if out.resets:
+            metrics.counter_resets.labels(topic).inc(out.resets)
+        if out.unknown_metrics:
+            metrics.unknown_metrics.labels(topic).inc(out.unknown_metrics)
+        if out.unmapped_anomalies:
+            metrics.unmapped.inc(out.unmapped_anomalies)
+        for dl in out.dead_letters:
+            await rt.dead_letter(dl.to_record())
+        await self.send_episodes(out)
+        return Processed(name, partition, pipe, out, hole)
+
+    async def send_episodes(self, out: PipelineOutput) -> None:
+        """Anomaly episodes keyed by job; clock records keyed by source (one partition raises the clock_skew
+        alert)."""
+        rt = self.rt
+        for rec in out.anomalies:
+            self.metrics.anomalies.labels(rec["layer"], rec["phase"]).inc()
+            await rt.send(rt.topics.anomalies, rec["job_id"].encode(), orjson.dumps(rec))
+        for rec in out.clocks:
+            await rt.send(rt.topics.anomalies, rec["source"].encode(), orjson.dumps(rec))
+
+    async def finish_batch(self, done: list[Processed]) -> None:
+        """The per-batch outputs, in this order: one points record per job for all input partitions of the
+        batch (streams.pipeline.merged_points_records), then progress (watermarks), acknowledgements of
+        holes read around Faust, and the snapshots due. Progress and snapshots come after every output
+        of the messages they cover (a watermark never overtakes its points; a restore never skips them).
+        """
+        rt, state = self.rt, self.state
+        for rec in merged_points_records([(p.name, p.out) for p in done if p.out is not None]):
+            await rt.send(rt.topics.anomalies, rec["job_id"].encode(),
+                          orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY))
+        eos = False
+        for p in done:
+            out, pipe, name = p.out, p.pipe, p.name
+            assert out is not None
+            if out.max_ts is not None and pipe.watermark is not None:
+                state.published_wm[name] = pipe.watermark
+                state.wm_dirty = True
+            if out.control == "eos":
+                state.eos.add(name)
+                eos = True
+            if rt.offsets is not None:
+                rt.offsets.ack(p.hole)
+        if eos:
+            await self.broadcast_watermarks()
+        for p in done:
+            pipe, name = p.pipe, p.name
+            # Snapshots are staggered across the worker's partitions (streams.snapshot.snapshot_due).
+            if pipe.watermark is not None and snapshot_due(name, pipe.watermark, state.last_snapshot_wm.get(name),
+                                                           rt.settings.snapshot_interval_s):
+                self.write_snapshot(pipe, p.partition)
+                state.last_snapshot_wm[name] = pipe.watermark
+
+    def write_snapshot(self, pipe: PartitionPipeline, partition: int) -> None:
+        """Snapshot ``pipe`` (state after input offset ``pipe.last_offset``) into ``detector_state``, written
+        after everything sent before it is on the broker (agents.snapshots)."""
+        self.metrics.series.labels(pipe.origin).set(len(pipe.registry))
+        self.rt.snapshots.put(self.rt.detector_table, DETECTOR_STATE_TABLE, pipe.origin, pipe.snapshot(), partition,
+                              owned=lambda: self.state.pipelines.get(pipe.origin) is pipe)
+
+    # -- recovery -------------------------------------------------------------------------------
+    async def resume(self, pipe: PartitionPipeline, topic: str, partition: int,
+                     items: list[tuple[bytes, Origin]]) -> list[tuple[bytes, Origin]]:
+        """Make a restored pipeline consistent with where Faust resumed the partition (agents.recovery)."""
+        state = self.state
+        first = items[0][1]
+        r = decide(await facts(self.rt.offsets, topic, partition, pipe.last_offset, pipe.last_record_ts,
+                               first.offset, first.timestamp, with_end=True))
+        if r.action is Action.CONTINUE:
+            if pipe.last_offset is not None and first.offset is not None and first.offset > pipe.last_offset + 1:
+                log.warning("%s: %s", pipe.origin, r.why)
+            return items
+        if r.action is Action.SKIP_HELD:
+            snap = pipe.last_offset
+            kept = [it for it in items if it[1].offset is None or snap is None or it[1].offset > snap]
+            state.resume_skipped += len(items) - len(kept)
+            self.resumes.labels(pipe.origin, "skipped_in_snapshot").inc()
+            log.info("%s: resumed at offset %s; %s: skipped %d", pipe.origin, first.offset, r.why,
+                     len(items) - len(kept))
+            return kept
+        if r.action in (Action.REBUILT, Action.REBUILT_REFILLED):
+            refilled = r.action is Action.REBUILT_REFILLED
+            log.warning("%s: %s; keeping the learned baselines and processing every message from offset %s%s",
+                        pipe.origin, r.why, 0 if refilled else first.offset,
+                        " (the offsets before it for state only)" if refilled else "")
+            self.resumes.labels(pipe.origin, "offsets_reset").inc()
+            state.offset_resets.add(pipe.origin)
+            if refilled and r.start is not None and r.stop is not None:
+                await self.catch_up(pipe, topic, partition, r.start, r.stop)
+            return items
+        assert r.action is Action.CATCH_UP and r.start is not None and r.stop is not None
+        n = await self.catch_up(pipe, topic, partition, r.start, r.stop)
+        state.resume_caught_up += n
+        self.resumes.labels(pipe.origin, "caught_up").inc()
+        log.info("%s: restored state caught up over offsets %d..%d (%d messages, state only)", pipe.origin,
+                 r.start, r.stop - 1, n)
+        return items
+
+    async def rebuild(self, topic: str, partition: int, last: int | None, last_ts: float | None = None) -> None:
+        """Put an input partition's pipeline back to its state after offset ``last`` once processing raised
+        half-way through (the pipeline may hold part of the failed messages): the last snapshot written,
+        then the offsets after it up to ``last`` read again for state only (this worker processed them and
+        sent their outputs), skipping the offsets that raised alone (:attr:`WorkerState.poison`).
+
+        Without a broker to read from or a snapshot to start at, the pipeline is kept as it is: the retry
+        then sees samples the failed attempt had folded in as duplicates (dropped and counted).
+        """
+        rt, state = self.rt, self.state
+        name = f"{topic}:{partition}"
+        if rt.offsets is None or last is None or name not in state.pipelines:
+            return
+        blob = read_snapshot(rt.detector_table, name.encode())
+        if not blob:
+            return
+        pipe = PartitionPipeline(name, rt.detector, rt.inventory)
+        pipe.restore(blob)
+        snap = pipe.last_offset
+        span = rebuild_range(snap, last)
+        if snap is None or span is None:
+            return
+        poison = state.poison.get(name, set())
+        poison.difference_update({o for o in poison if o <= snap})  # in the snapshot: never read again
+        n = await self.catch_up(pipe, topic, partition, *span, skip=poison)
+        if pipe.last_offset is None or pipe.last_offset < last:  # the last offsets were skipped (poison)
+            pipe.last_offset = last
+            if last_ts is not None:
+                pipe.last_record_ts = last_ts
+        state.pipelines[name] = pipe
+        log.warning("%s: state rebuilt from the snapshot at offset %d and %d messages read again (state only) up "
+                    "to offset %d", name, snap, n, last)
+
+    async def catch_up(self, pipe: PartitionPipeline, topic: str, partition: int, start: int, stop: int,
+                       skip: set[int] | None = None) -> int:
+        """Feed offsets ``[start, stop)`` of one partition to ``pipe`` to rebuild its state (``skip``: offsets
+        left out, dead-lettered before).
+
+        Their outputs were produced before the commit; the anomaly episodes among them are produced
+        again anyway (correlation takes a repeated episode once), so nothing depends on the previous
+        worker having flushed them. Job points are not repeated (they would count twice)."""
+        offsets = self.rt.offsets
+        assert offsets is not None  # only called with a broker
+        n = 0
+        try:
+            async for records in offsets.ranges.chunks(topic, partition, start, stop, INGEST_BATCH_MESSAGES):
+                if skip:
+                    records = [m for m in records if m.offset not in skip]
+                out = pipe.process_many(items_of(records))
+                n += len(records)
+                await self.send_episodes(out)
+        except Exception:
+            log.exception("%s: catching up over %d..%d failed after %d messages; the baselines miss the rest",
+                          pipe.origin, start, stop - 1, n)
+        return n
+
+    # -- progress -------------------------------------------------------------------------------
+    async def broadcast_watermarks(self) -> None:
+        """Each owned input partition's event-time progress, to every ``anomalies`` partition."""
+        rt, state = self.rt, self.state
+        if not state.published_wm and not state.eos:
+            return
+        # An input partition is idle only when this worker is keeping up (not inside a long batch, a
+        # restore or a catch-up) and has fetched nothing for it for watermark_idle_s: then it has no data.
+        now = time.monotonic()
+        busy = state.batch_started is not None and now - state.batch_started > 1.0
+        idle = [] if busy else sorted(o for o in state.published_wm
+                                      if now - state.last_message.get(o, now) > rt.settings.watermark_idle_s)
+        value = orjson.dumps({"type": "watermark", "origins": state.published_wm, "eos": sorted(state.eos),
+                              "idle": idle})
+        state.wm_dirty = False
+        for partition in range(rt.settings.partitions):
+            await rt.send(rt.topics.anomalies, None, value, partition)
+
+    async def watermark_tick(self) -> None:
+        """Progress when it moved; otherwise a heartbeat every second, so correlation can tell an idle input
+        partition (mentioned, not advancing) from one between owners (not mentioned at all)."""
+        now = time.monotonic()
+        if self.state.wm_dirty or now - self.state.last_broadcast >= 1.0:
+            self.state.last_broadcast = now
+            await self.broadcast_watermarks()
+
+
+def ingest_resume_counter(metrics: Any) -> Any:
+    """``lockstep_ingest_resumes_total{origin, how}``: how restored partitions were made consistent."""
+    counter = getattr(metrics, "_ingest_resumes", None)
+    if counter is None:
+        from prometheus_client import Counter
+
+        counter = Counter("lockstep_ingest_resumes_total",
+                          "Restored input partitions made consistent with the committed offset: caught_up (read "
+                          "again for state), skipped_in_snapshot, offsets_reset (topic recreated)",
+                          ["origin", "how"], registry=metrics.registry)
+        metrics._ingest_resumes = counter
+    return counter

@@ -1,0 +1,193 @@
+"""Offsets around Faust: what the group committed, records Faust never handed over, stalled partitions.
+
+Everything here needs a broker (the agent test context has none: its agents get no :class:`Offsets`,
+and the recovery decisions then carry on with what was handed over). The decisions themselves are
+pure (agents.recovery, agents.gaps, agents.stalls); this module gathers their facts and carries
+them out. It reads some of Faust's consumer state (``_committed_offset`` and the flow-control sets),
+in this one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from agents.gaps import RangeReader, expected_next
+from agents.kafka import client_kwargs
+from agents.metrics import WorkerMetrics
+from agents.recovery import Facts, needs_broker_ts, stall_reread
+from models.settings import LockstepSettings
+
+log = logging.getLogger("lockstep.agents")
+
+
+class Offsets:
+    def __init__(self, app: Any, settings: LockstepSettings, bootstrap: str, metrics: WorkerMetrics) -> None:
+        self.app = app
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.metrics = metrics
+        #: reads offset ranges of any partition (holes, catch-ups), one side consumer
+        self.ranges = RangeReader(settings, bootstrap)
+
+    def committed(self, topic: str, partition: int) -> int | None:
+        """The group's committed offset (the next to read) of a partition, as Faust last knew it."""
+        from faust.types import TP
+
+        consumer: Any = self.app.consumer
+        try:
+            committed = consumer._committed_offset.get(TP(topic, partition))
+        except Exception:  # the consumer is not started
+            return None
+        return committed if isinstance(committed, int) else None
+
+    async def read_hole(self, topic: str, partition: int, last: int | None, first: int | None) -> list[Any]:
+        """The records an agent was not handed before ``first`` although it processed up to ``last`` (or, with
+        no state, although the group committed before them): records Faust lost between its fetcher and the
+        agent (agents.gaps). Empty when there is no hole."""
+        if first is None:
+            return []
+        expected = expected_next(last, self.committed(topic, partition) if last is None else None)
+        if expected is None or first <= expected:
+            return []
+        records = await self.ranges.read(topic, partition, expected, first)
+        self.metrics.gaps.labels(topic, "filled" if records else "empty").inc()
+        log.warning("%s:%d: offsets %d..%d never reached the agent (lost inside Faust between its fetcher and the "
+                    "agent); read %d records from the broker and processing them first", topic, partition, expected,
+                    first - 1, len(records))
+        return records
+
+    def ack(self, records: list[Any]) -> None:
+        """Acknowledge records read around Faust (a hole), so the group's commit can pass them."""
+        if not records:
+            return
+        from faust.types import TP, Message
+
+        consumer: Any = self.app.consumer
+        for m in records:
+            consumer.ack(Message(m.topic, m.partition, m.offset, m.timestamp / 1000.0, m.timestamp_type, None,
+                                 m.key, m.value, None, tp=TP(m.topic, m.partition)))
+
+    async def end(self, topic: str, partition: int) -> int | None:
+        """The partition's end offset; None when it cannot be read."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(**client_kwargs(self.settings, self.bootstrap), group_id=None,
+                                    enable_auto_commit=False)
+        try:
+            await consumer.start()
+            tp = TopicPartition(topic, partition)
+            return int((await consumer.end_offsets([tp]))[tp])
+        except Exception:
+            log.exception("could not read the end offset of %s[%d]", topic, partition)
+            return None
+        finally:
+            await consumer.stop()
+
+    async def record_time(self, topic: str, partition: int, offset: int) -> float | None:
+        """Kafka time (seconds) of the record at ``offset``; None if there is none or it cannot be read."""
+        try:
+            records = await self.ranges.read(topic, partition, offset, offset + 1)
+        except Exception:
+            log.exception("could not read %s[%d] at offset %d", topic, partition, offset)
+            return None
+        return records[0].timestamp / 1000.0 if records else None
+
+    async def facts(self, topic: str, partition: int, snap: int | None, snap_ts: float | None, first: int | None,
+                    first_ts: float | None, with_end: bool) -> Facts:
+        """What agents.recovery.decide needs, read from the broker only where the decision needs it."""
+        at_snap = end = None
+        if snap is not None and first is not None:
+            if needs_broker_ts(snap, first):
+                if snap_ts is not None:
+                    at_snap = await self.record_time(topic, partition, snap)
+            elif with_end:
+                end = await self.end(topic, partition)
+        return Facts(snap, snap_ts, first, first_ts, self.committed(topic, partition), end, at_snap, True)
+
+    async def heal_stalls(self, watched: set[str], state: Any) -> None:
+        """Resume and re-read an input partition that stopped delivering with records waiting (agents.stalls).
+
+        ``watched``: the topics whose partitions are checked; ``state``: the worker state (its stall watch,
+        and the owners of each partition, for the last offset processed)."""
+        consumer: Any = self.app.consumer  # faust.transport.consumer.Consumer: its flow-control sets are read here
+        try:
+            assigned = {tp for tp in consumer.assignment() if tp.topic in watched}
+        except Exception:  # not started, or between assignments
+            return
+        import time
+
+        now = time.monotonic()
+        by_name = {f"{tp.topic}:{tp.partition}": tp for tp in assigned}
+        state.stalls.assigned(by_name, now)
+        busy = state.batch_started is not None or bool(state.resume_check) or bool(state.correlator_resume_check)
+        suspects, silent = {}, {}
+        for name in state.stalls.suspects(now, busy):
+            tp = by_name[name]
+            silent[tp] = state.stalls.silent_for(name, now)
+            state.stalls.healed(name, now)
+            # The last offset this worker processed (Faust may have read further: a stall seen here was
+            # records read by the consumer that never reached the agent); else where the group committed.
+            owner = state.owner_of(tp.topic, tp.partition)
+            processed = owner.last_offset if owner is not None else None
+            committed = consumer._committed_offset.get(tp)
+            action = stall_reread(processed, committed)
+            if action is not None and action[0] == "reread":
+                # Processed further than the group's commit, which no longer moves: a message was never
+                # acknowledged. Read again from the commit (what is already in the state is skipped).
+                await self.reread(tp, action[1], f"committed offset {committed} stuck behind the processed offset "
+                                                 f"{processed}", silent[tp])
+            elif action is not None:
+                suspects[tp] = action[1]
+        if not suspects:
+            return
+        for tp in sorted(await self.records_at(suspects)):
+            await self.reread(tp, suspects[tp], f"nothing processed although offset {suspects[tp]} is on the broker",
+                              silent[tp])
+
+    async def reread(self, tp: Any, offset: int, why: str, idle_s: float) -> None:
+        """Log a stalled partition with Faust's view of it, count it, resume it and read it again from ``offset``."""
+        consumer: Any = self.app.consumer
+        log.warning("%s:%d: %s (idle %.0f s; Faust: read up to %s, committed %s, active=%s buffered=%s paused=%s); "
+                    "resuming it and reading again from %d", tp.topic, tp.partition, why, idle_s,
+                    consumer._read_offset.get(tp), consumer._committed_offset.get(tp),
+                    tp in (consumer._active_partitions or ()), tp in consumer._buffered_partitions,
+                    tp in consumer._paused_partitions, offset)
+        self.metrics.stalls.labels(tp.topic).inc()
+        consumer.resume_partitions([tp])
+        consumer._buffered_partitions.discard(tp)
+        await consumer.seek(tp, offset)
+
+    async def records_at(self, offsets: dict[Any, int]) -> set[Any]:
+        """The partitions of ``offsets`` that hold a record at (or after) their offset, read by a side consumer."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(**client_kwargs(self.settings, self.bootstrap), group_id=None,
+                                    enable_auto_commit=False, fetch_max_wait_ms=50)
+        found: set[Any] = set()
+        try:
+            await consumer.start()
+            tps = {TopicPartition(tp.topic, tp.partition): tp for tp in offsets}
+            consumer.assign(list(tps))
+            for ktp, tp in tps.items():
+                consumer.seek(ktp, offsets[tp])
+            for _ in range(4):
+                batch = await consumer.getmany(timeout_ms=250)
+                for ktp, msgs in batch.items():
+                    if msgs and msgs[-1].offset >= offsets[tps[ktp]]:
+                        found.add(tps[ktp])
+                if len(found) == len(tps):
+                    break
+        except Exception:
+            log.exception("could not probe %d partitions for waiting records", len(offsets))
+        finally:
+            await consumer.stop()
+        return found
+
+
+async def facts(offsets: Offsets | None, topic: str, partition: int, snap: int | None, snap_ts: float | None,
+                first: int | None, first_ts: float | None, with_end: bool) -> Facts:
+    """:meth:`Offsets.facts`, or what is known without a broker."""
+    if offsets is None:
+        return Facts(snap, snap_ts, first, first_ts, broker=False)
+    return await offsets.facts(topic, partition, snap, snap_ts, first, first_ts, with_end)

@@ -1,0 +1,143 @@
+"""Recovery decisions: what a restored partition does with where Faust resumed it, as pure functions.
+
+A partition's state (an ingest pipeline or a correlation partition) is restored from a snapshot that
+holds everything up to input offset ``S`` (and remembers the Kafka time of that record). Faust hands
+the agent offset ``F`` first. The group committed ``C`` (the next offset to read), if known. Which
+of these facts the agent can learn depends on having a broker to ask (the agent test context has
+none: the unknown facts are ``None`` and the decision falls back to carrying on).
+
+    offsets   ... S | S+1 ....... C-1 | C ...... F-1 | F ...
+                held  outputs went out  a hole: read   handed over
+                      (state only)      by agents.gaps
+
+The agents carry a :class:`Resume` out; nothing here does I/O or imports Faust. The table-driven
+tests are in tests/agents/test_recovery.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from agents.gaps import catch_up_until
+
+
+class Action(Enum):
+    #: the usual continuation: process what was handed over
+    CONTINUE = "continue"
+    #: offsets up to the snapshot's are already in the state: skip them
+    SKIP_HELD = "skip_held"
+    #: offsets between the snapshot and the commit were processed (outputs out): read them again for state
+    CATCH_UP = "catch_up"
+    #: the topic was recreated or truncated (a broker that lost its data): keep the learned state and
+    #: process everything handed over
+    REBUILT = "rebuilt"
+    #: recreated and refilled past the snapshot before we resumed: offsets ``0..F`` were never seen by this
+    #: state; read them (ingest: state only, the baselines; correlation: with outputs)
+    REBUILT_REFILLED = "rebuilt_refilled"
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What is known when a restored partition receives its first offset."""
+
+    snapshot_offset: int | None  # S
+    snapshot_record_ts: float | None  # the Kafka time of the record at S, as the state remembers it
+    first_offset: int | None  # F
+    first_record_ts: float | None = None  # the Kafka time of the record at F
+    committed: int | None = None  # C, the group's committed offset (next to read)
+    #: the partition's end offset (None: unknown; only asked when F is not S + 1)
+    end: int | None = None
+    #: the Kafka time of the record now at offset S on the broker (None: none there, or not read)
+    broker_ts_at_snapshot: float | None = None
+    #: whether a broker could be asked at all (False in the agent test context)
+    broker: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    action: Action
+    #: the offsets to read again, ``[start, stop)`` (CATCH_UP, REBUILT_REFILLED)
+    start: int | None = None
+    stop: int | None = None
+    why: str = ""
+
+
+#: Kafka record times are milliseconds: two times closer than this are the same record.
+SAME_RECORD_S = 0.001
+
+
+def needs_broker_ts(snapshot_offset: int | None, first_offset: int | None) -> bool:
+    """Whether :func:`decide` needs the record time at the snapshot's offset (the usual continuation)."""
+    return snapshot_offset is not None and first_offset is not None and first_offset == snapshot_offset + 1
+
+
+def decide(f: Facts) -> Resume:
+    """The recovery decision for a restored partition.
+
+    >>> decide(Facts(9, 100.0, 10, broker_ts_at_snapshot=100.0)).action
+    <Action.CONTINUE: 'continue'>
+    >>> decide(Facts(9, 100.0, 4, first_record_ts=90.0, end=20)).action
+    <Action.SKIP_HELD: 'skip_held'>
+    >>> r = decide(Facts(9, 100.0, 15, committed=13, end=20)); r.action, r.start, r.stop
+    (<Action.CATCH_UP: 'catch_up'>, 10, 13)
+    """
+    s, first = f.snapshot_offset, f.first_offset
+    if s is None or first is None:
+        return Resume(Action.CONTINUE, why="nothing restored, or no offset to compare")
+    if first == s + 1:
+        if f.snapshot_record_ts is None or not f.broker:
+            return Resume(Action.CONTINUE, why="the next offset after the snapshot")
+        if f.broker_ts_at_snapshot is not None and abs(f.broker_ts_at_snapshot - f.snapshot_record_ts) < SAME_RECORD_S:
+            return Resume(Action.CONTINUE, why="the next offset after the snapshot (its record checked)")
+        return Resume(Action.REBUILT_REFILLED, 0, first,
+                      why=f"the record at the snapshot's input offset {s} is not the one the restored state holds: "
+                          "the topic was recreated or truncated (a broker that lost its data?)")
+    if f.end is not None and s >= f.end:
+        return Resume(Action.REBUILT, why=f"the snapshot's input offset {s} is at or beyond the partition's end "
+                                          f"{f.end}: the topic was recreated or truncated (a broker that lost its "
+                                          "data?)")
+    if first <= s and f.first_record_ts is not None and f.snapshot_record_ts is not None \
+            and f.first_record_ts > f.snapshot_record_ts:
+        return Resume(Action.REBUILT, why=f"offset {first} was written after the restored state's last record "
+                                          f"(offset {s}): the topic was recreated or truncated (a broker that lost "
+                                          "its data?)")
+    if first <= s:
+        return Resume(Action.SKIP_HELD, why=f"offsets up to {s} are already in the restored state")
+    if not f.broker:
+        return Resume(Action.CONTINUE, why=f"{first - s - 1} messages between the snapshot ({s}) and the commit "
+                                           f"({first}) cannot be read here")
+    # Up to the group's commit the outputs went out before (state only); a hole between the commit and
+    # ``first`` is processed in full by the agent (agents.gaps).
+    upto = catch_up_until(s, f.committed, first)
+    return Resume(Action.CATCH_UP, s + 1, upto, why="the restored state misses offsets the group committed")
+
+
+def rebuild_range(snapshot_offset: int | None, last: int | None) -> tuple[int, int] | None:
+    """After processing raised half-way: the offsets ``[start, stop)`` to read again for state only, from the
+    last snapshot written up to ``last`` (the last offset processed before the failure); None when there
+    is nothing to rebuild from (no snapshot, nothing processed, or a snapshot newer than ``last``).
+
+    >>> rebuild_range(10, 25), rebuild_range(10, 10), rebuild_range(None, 25), rebuild_range(30, 25)
+    ((11, 26), (11, 11), None, None)
+    """
+    if snapshot_offset is None or last is None or snapshot_offset > last:
+        return None
+    return snapshot_offset + 1, last + 1
+
+
+def stall_reread(processed: int | None, committed: int | None) -> tuple[str, int] | None:
+    """What the stall watch does with a partition it suspects: ``("reread", offset)`` to read again from
+    the commit at once (the commit is stuck behind what was processed: a message was never
+    acknowledged), ``("probe", offset)`` to check whether a record waits at ``offset`` first, or None.
+
+    >>> stall_reread(10, 4), stall_reread(10, 11), stall_reread(None, 7), stall_reread(None, None)
+    (('reread', 4), ('probe', 11), ('probe', 7), None)
+    """
+    if processed is not None and committed is not None and committed < processed:
+        return "reread", committed
+    if processed is not None:
+        return "probe", processed + 1
+    if committed is not None:
+        return "probe", committed  # at most one message read twice (a duplicate)
+    return None

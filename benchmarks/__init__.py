@@ -1,0 +1,1 @@
+"""Benchmarks: ``lockstep bench`` (lockbench), the detector and ingest micro-benchmarks, soaks."""

@@ -1,0 +1,58 @@
+"""The recovery decisions (agents.recovery), table-driven: no broker, no Faust.
+
+Each row: the facts a restored partition has when Faust hands it its first offset, and what it must do.
+S = the snapshot's input offset (its record written at Kafka time 100.0), F = the first offset handed over,
+C = the group's committed offset.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.recovery import Action, Facts, decide, rebuild_range, stall_reread
+
+ROWS = [
+    # (name, facts, action, start, stop)
+    ("nothing restored", Facts(None, None, 5), Action.CONTINUE, None, None),
+    ("no offset handed over", Facts(9, 100.0, None), Action.CONTINUE, None, None),
+    ("next offset, record checked", Facts(9, 100.0, 10, broker_ts_at_snapshot=100.0004), Action.CONTINUE, None, None),
+    ("next offset, no broker to check", Facts(9, 100.0, 10, broker=False), Action.CONTINUE, None, None),
+    ("next offset, state from before record times", Facts(9, None, 10), Action.CONTINUE, None, None),
+    ("next offset, another record there: rebuilt and refilled", Facts(9, 100.0, 10, broker_ts_at_snapshot=250.0),
+     Action.REBUILT_REFILLED, 0, 10),
+    ("next offset, no record there any more", Facts(9, 100.0, 10, broker_ts_at_snapshot=None),
+     Action.REBUILT_REFILLED, 0, 10),
+    ("snapshot beyond the partition's end", Facts(9, 100.0, 3, first_record_ts=90.0, end=5), Action.REBUILT, None,
+     None),
+    ("snapshot at the partition's end", Facts(9, 100.0, 3, end=9), Action.REBUILT, None, None),
+    ("held offsets written after the state's last record", Facts(9, 100.0, 3, first_record_ts=300.0, end=50),
+     Action.REBUILT, None, None),
+    ("redelivered from the commit: skip what is held", Facts(9, 100.0, 4, first_record_ts=95.0, end=50),
+     Action.SKIP_HELD, None, None),
+    ("redelivered, times unknown", Facts(9, 100.0, 4), Action.SKIP_HELD, None, None),
+    ("a gap, no broker to read it", Facts(9, 100.0, 15, broker=False), Action.CONTINUE, None, None),
+    ("a gap up to the commit: state only", Facts(9, 100.0, 15, committed=13, end=50), Action.CATCH_UP, 10, 13),
+    ("a gap, commit unknown: all of it state only", Facts(9, 100.0, 15, end=50), Action.CATCH_UP, 10, 15),
+    ("a gap, commit beyond F", Facts(9, 100.0, 15, committed=40, end=50), Action.CATCH_UP, 10, 15),
+    ("a gap, commit behind the snapshot", Facts(9, 100.0, 15, committed=5, end=50), Action.CATCH_UP, 10, 10),
+]
+
+
+@pytest.mark.parametrize(("facts", "action", "start", "stop"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_resume_decisions(facts: Facts, action: Action, start: int | None, stop: int | None) -> None:
+    r = decide(facts)
+    assert (r.action, r.start, r.stop) == (action, start, stop)
+    assert r.why
+
+
+@pytest.mark.parametrize(("snap", "last", "expected"), [
+    (10, 25, (11, 26)), (10, 10, (11, 11)), (None, 25, None), (10, None, None), (30, 25, None)])
+def test_rebuild_ranges(snap: int | None, last: int | None, expected: tuple[int, int] | None) -> None:
+    assert rebuild_range(snap, last) == expected
+
+
+@pytest.mark.parametrize(("processed", "committed", "expected"), [
+    (10, 4, ("reread", 4)), (10, 10, ("probe", 11)), (10, 11, ("probe", 11)), (10, None, ("probe", 11)),
+    (None, 7, ("probe", 7)), (None, None, None)])
+def test_stall_actions(processed: int | None, committed: int | None, expected: tuple[str, int] | None) -> None:
+    assert stall_reread(processed, committed) == expected
