@@ -52,8 +52,6 @@ in-process state, say that conversion is done.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import time
 import weakref
@@ -70,6 +68,8 @@ from agents.topics import (
     CarrierTopic,
     TopicCatalogue,
 )
+from models.deadletter import dead_letter_record as dead_letter_record_of
+from models.errors import error_class
 from models.inventory import inventory_adapter, inventory_key
 from models.samples import Layer
 from models.settings import LockstepSettings
@@ -231,17 +231,9 @@ def dead_letter_record(msg: CarrierMessage, *, reason: str, error: str, record: 
     >>> tomb["original"], tomb["original_size"], tomb["reason"].split(":")[0]
     ('', 0, 'tombstone')
     """
-    rec: dict[str, Any] = {
-        "stage": stage, "reason": reason, "error": error, "topic": msg.topic, "partition": msg.partition,
-        "offset": msg.offset, "record": record, "original": "", "original_size": len(msg.value),
-        "key": msg.key_text(), "ts": msg.timestamp or 0.0, "retryable": False,
-    }
-    if with_original:
-        rec["original"] = base64.b64encode(msg.value).decode("ascii")
-    else:
-        rec["original_truncated"] = True
-        rec["original_sha256"] = hashlib.sha256(msg.value).hexdigest()
-    return rec
+    return dead_letter_record_of(stage=stage, error=error_class(error), reason=reason, original=msg.value,
+                                 topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key_text(),
+                                 ts=msg.timestamp or 0.0, record=record, include_original=with_original)
 
 
 def rejection_dead_letters(msg: CarrierMessage, rejections: list[FormatRejection]) -> list[dict[str, Any]]:

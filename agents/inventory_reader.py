@@ -9,7 +9,6 @@ Events that fail validation go to the dead-letter topic.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
 from agents.kafka import client_kwargs, drain
+from models.deadletter import dead_letter_record
+from models.errors import ValidationFailed
 from models.inventory import inventory_adapter
 from models.settings import LockstepSettings
 from streams.inventory import InventoryIndex
@@ -99,14 +100,10 @@ class GlobalTopicReader:
                 if event is None:
                     self.rejected += 1
                     if self.dead_letter is not None:
-                        await self.dead_letter({
-                            "stage": self.stage, "reason": reason, "error": "ValidationFailed",
-                            "topic": tp.topic, "partition": tp.partition, "offset": msg.offset, "record": None,
-                            "original": base64.b64encode(msg.value).decode("ascii"),
-                            "original_size": len(msg.value),
-                            "key": msg.key.decode("utf-8", "replace") if msg.key else None,
-                            "ts": msg.timestamp / 1000.0, "retryable": False,
-                        })
+                        await self.dead_letter(dead_letter_record(
+                            stage=self.stage, error=ValidationFailed, reason=reason or "not an inventory event",
+                            original=msg.value, topic=tp.topic, partition=tp.partition, offset=msg.offset, key=msg.key,
+                            ts=msg.timestamp / 1000.0))
                     continue
                 self.apply(event)
                 self.applied += 1

@@ -42,6 +42,8 @@ from agents.kafka import client_kwargs, drain, start_producer
 from agents.topics import CarrierTopic, TopicCatalogue, carrier_formats, create_topics
 from lockstep.broker import EmbeddedBroker
 from lockstep.worker import Worker
+from models.deadletter import dead_letter_record
+from models.errors import ValidationFailed
 from models.inventory import inventory_key
 from models.settings import LockstepSettings
 from models.timeutil import TimestampError, parse_ts
@@ -263,11 +265,9 @@ async def replay(settings: LockstepSettings, input_path: Path, output: TextIO, *
         await create_topics(settings, bootstrap)
         producer = await start_producer(settings, bootstrap)
         for bad in data.bad:
-            await producer.send(cat.dlq, orjson.dumps({
-                "stage": "replay", "reason": bad.reason, "error": "ValidationFailed", "topic": str(input_path),
-                "partition": None, "offset": None, "record": f"line {bad.line}",
-                "original": base64.b64encode(bad.raw).decode("ascii"), "original_size": len(bad.raw), "key": None,
-                "ts": 0.0, "retryable": False}))
+            await producer.send(cat.dlq, orjson.dumps(dead_letter_record(
+                stage="replay", error=ValidationFailed, reason=bad.reason, original=bad.raw, topic=str(input_path),
+                partition=None, offset=None, record=f"line {bad.line}")))
         for _, _, event in data.inventory:
             await producer.send(cat.inventory, event.model_dump_json().encode(), key=inventory_key(event).encode())
         for annotation in data.annotations:

@@ -66,3 +66,22 @@ class DeliveryRejected(DeliveryError):
 class InternalError(LockstepError):
     """Processing raised where it should not (a bug): the message it was processing is dead-lettered
     alone, with its bytes, and everything else goes on."""
+
+
+def error_class(name: str) -> type[LockstepError]:
+    """The class of the tree with this name (what a dead letter's ``error`` says).
+
+    >>> error_class("LateData").__mro__[1].__name__
+    'InputError'
+    """
+    found = {c.__name__: c for c in _subclasses(LockstepError)}.get(name)
+    if found is None:
+        raise ValueError(f"no error class {name!r} in models.errors")
+    return found
+
+
+def _subclasses(cls: type[LockstepError]) -> list[type[LockstepError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out += _subclasses(sub)
+    return out

@@ -16,7 +16,6 @@ keeps the coordinates of its own message.
 
 from __future__ import annotations
 
-import base64
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from models.deadletter import dead_letter_record
+from models.errors import error_class
 from models.samples import MAX_ABS_VALUE
 from models.timeutil import MAX_TS, MIN_TS
 from streams.catalogue import Mode
@@ -118,14 +119,9 @@ class DeadLetterOut:
         origin = origin or self.origin or Origin("<unknown>", -1)
         if rejected_ts is None:
             rejected_ts = origin.timestamp or 0.0
-        return {
-            "stage": self.stage, "reason": self.reason, "error": self.error,
-            "topic": origin.topic, "partition": origin.partition, "offset": origin.offset,
-            "record": self.record, "original": base64.b64encode(self.original).decode("ascii"),
-            "original_size": len(self.original),
-            "key": origin.key.decode("utf-8", "replace") if origin.key is not None else None,
-            "ts": rejected_ts, "retryable": False,
-        }
+        return dead_letter_record(stage=self.stage, error=error_class(self.error), reason=self.reason,
+                                  original=self.original, topic=origin.topic, partition=origin.partition,
+                                  offset=origin.offset, key=origin.key, ts=rejected_ts, record=self.record)
 
 
 @dataclass(slots=True)
