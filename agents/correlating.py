@@ -22,8 +22,8 @@ import orjson
 from agents.carriers import TOMBSTONE_REASON
 from agents.deadletters import dead_letter_of
 from agents.offsets import facts
-from agents.recovery import Action, decide
-from agents.runtime import Runtime, seen
+from agents.recovery import Action, decide, held
+from agents.runtime import Runtime
 from agents.snapshots import read_snapshot
 from agents.topics import CORRELATOR_STATE_TABLE
 from models.errors import InternalError, ValidationFailed
@@ -102,9 +102,13 @@ class Correlate:
             if not await self.resume(corr, partition, event.message.offset, event.message.timestamp):
                 return  # already in the restored state; its outputs were flushed before the snapshot
             state.correlator_resume_check.discard(partition)
-        elif seen(event.message.offset, event.message.timestamp, corr.last_offset, corr.last_record_ts):
-            state.redelivered += 1  # delivered again (a seek back to the committed offset): already folded in
-            return
+        elif corr.last_offset is not None and event.message.offset is not None \
+                and event.message.offset <= corr.last_offset:
+            same = await rt.same_record(event.message.topic, partition, corr.last_offset, corr.last_record_ts,
+                                        {event.message.offset: event.message.timestamp})
+            if held(event.message.offset, corr.last_offset, same, event.message.timestamp, corr.last_record_ts):
+                state.redelivered += 1  # delivered again (a seek back to the committed offset): already folded in
+                return
         if rt.offsets is not None:
             hole = await rt.offsets.read_hole(rt.catalogue.anomalies, partition, corr.last_offset,
                                               event.message.offset)

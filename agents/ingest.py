@@ -23,8 +23,8 @@ import orjson
 from agents.batching import take_batches
 from agents.deadletters import dead_letter_of, raw_bytes
 from agents.offsets import facts
-from agents.recovery import Action, decide, rebuild_range
-from agents.runtime import Runtime, seen
+from agents.recovery import Action, decide, held, rebuild_range
+from agents.runtime import Runtime
 from agents.snapshots import read_snapshot
 from agents.topics import DETECTOR_STATE_TABLE
 from models.errors import InternalError
@@ -138,11 +138,14 @@ class Ingest:
         if name in state.resume_check:
             state.resume_check.discard(name)
             items = await self.resume(pipe, topic, partition, items)
-        elif seen(items[0][1].offset, items[0][1].timestamp, pipe.last_offset, pipe.last_record_ts):
+        elif pipe.last_offset is not None and items[0][1].offset is not None \
+                and items[0][1].offset <= pipe.last_offset:
             # Delivered again (at least once: a seek back to the committed offset): already in the state,
-            # unless written after the state's last message (a topic rebuilt under us: processed).
-            kept = [it for it in items if not seen(it[1].offset, it[1].timestamp, pipe.last_offset,
-                                                    pipe.last_record_ts)]
+            # unless the topic was rebuilt under us (the record at the state's last offset is another one).
+            same = await self.rt.same_record(topic, partition, pipe.last_offset, pipe.last_record_ts,
+                                             {it[1].offset: it[1].timestamp for it in items})
+            kept = [it for it in items if not held(it[1].offset, pipe.last_offset, same, it[1].timestamp,
+                                                   pipe.last_record_ts)]
             state.redelivered += len(items) - len(kept)
             items = kept
         if not items:

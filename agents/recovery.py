@@ -141,3 +141,24 @@ def stall_reread(processed: int | None, committed: int | None) -> tuple[str, int
     if committed is not None:
         return "probe", committed  # at most one message read twice (a duplicate)
     return None
+
+
+def held(offset: int | None, last_offset: int | None, same_topic: bool | None, ts: float | None,
+         last_ts: float | None) -> bool:
+    """Whether a record handed over again (a seek back to the commit, a stall re-read) is already in the state.
+
+    ``same_topic``: whether the record now at ``last_offset`` is the one the state processed there (its
+    Kafka time matches), if that could be checked. Then offsets alone decide. Unchecked (no broker), the
+    record's own time decides: one written after the last record processed is taken as new (a topic
+    rebuilt under us), which can take a redelivered record for new when producers' clocks disagree.
+
+    >>> held(5, 9, True, 130.0, 120.0), held(5, 9, False, 100.0, 120.0), held(10, 9, True, 1.0, 120.0)
+    (True, False, False)
+    >>> held(5, 9, None, 130.0, 120.0), held(5, 9, None, 100.0, 120.0)
+    (False, True)
+    """
+    if offset is None or last_offset is None or offset > last_offset:
+        return False
+    if same_topic is not None:
+        return same_topic
+    return ts is None or last_ts is None or ts <= last_ts

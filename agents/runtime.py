@@ -20,6 +20,7 @@ import orjson
 from agents.deadletters import fit_dead_letter
 from agents.metrics import WorkerMetrics
 from agents.offsets import Offsets
+from agents.recovery import SAME_RECORD_S
 from agents.sink import Sink
 from agents.snapshots import SnapshotWriter
 from agents.stalls import StallWatch
@@ -132,9 +133,31 @@ class Runtime:
     rules: Rules | None
     expected_origins: set[str] | None
     on_finished: Callable[[int], None] | None
+    #: (topic, partition) -> (offset, whether the record there is the one processed): same_record's answers
+    _same: dict[tuple[str, int], tuple[int, bool]] = field(default_factory=dict)
 
     async def send(self, topic: Any, key: bytes | None, value: bytes, partition: int | None = None) -> None:
         await self.sink.send(topic, key, value, partition)
+
+    async def same_record(self, topic: str, partition: int, offset: int, record_ts: float | None,
+                          handed: dict[int | None, float | None]) -> bool | None:
+        """Whether the record at ``offset`` is still the one processed there (Kafka time ``record_ts``): from
+        the records handed over when they include it, else read from the broker (once per offset); None when
+        it cannot be told (no record time kept, no broker)."""
+        if record_ts is None:
+            return None
+        if offset in handed and handed[offset] is not None:
+            return abs(float(handed[offset]) - record_ts) < SAME_RECORD_S  # type: ignore[arg-type]
+        key = (topic, partition)
+        cached = self._same.get(key)
+        if cached is not None and cached[0] == offset:
+            return cached[1]
+        if self.offsets is None:
+            return None
+        at = await self.offsets.record_time(topic, partition, offset)
+        same = at is not None and abs(at - record_ts) < SAME_RECORD_S
+        self._same[key] = (offset, same)
+        return same
 
     async def dead_letter(self, record: dict[str, Any]) -> None:
         self.metrics.dead_letters.labels(record["stage"], record["error"]).inc()
@@ -179,15 +202,3 @@ def never_raises(name: str, every_s: float = 30.0) -> Callable[[Callable[[], Awa
         return guarded
 
     return wrap
-
-
-def seen(offset: int | None, ts: float | None, last_offset: int | None, last_ts: float | None) -> bool:
-    """Whether a record is one already processed: at or before the last offset processed, and not written
-    after the last record processed (a topic rebuilt under us starts its offsets again with newer records).
-
-    >>> seen(5, 100.0, 9, 120.0), seen(10, 130.0, 9, 120.0), seen(5, 130.0, 9, 120.0), seen(5, None, 9, None)
-    (True, False, False, True)
-    """
-    if offset is None or last_offset is None or offset > last_offset:
-        return False
-    return ts is None or last_ts is None or ts <= last_ts
