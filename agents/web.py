@@ -21,20 +21,25 @@ text/html``) gets the page, which opens that job or alert: the links alerts carr
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import hmac
 import logging
+import re
 import socket
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
+from aiohttp.web_protocol import RequestHandler
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 from pydantic import ValidationError
 
 import lockstep
@@ -57,11 +62,24 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: Query parameters each route accepts; anything else is a 400 (a typo must not be ignored).
 QUERY = {
-    "/jobs": set(), "/jobs/{job_id}": set(), "/jobs/{job_id}/timeline": {"from", "to", "step", "alert"},
+    "/jobs": set(), "/jobs/{job_id}": {"offset", "limit"}, "/jobs/{job_id}/timeline": {"from", "to", "step", "alert"},
     "/jobs/{job_id}/diagnosis": {"alert"}, "/alerts": {"job", "status", "limit"}, "/alerts/{alert_id}": set(),
     "/fabric/{switch}/{port}": set(), "/annotations": {"job"}, "/silences": {"state"},
     "/silences/{silence_id}": set(),
 }
+#: Routes whose answers are computed in the thread pool, at most ``web_max_heavy_requests`` at once
+#: (their cost grows with the cluster, the window or the store); everything else is answered on the
+#: event loop at once (probes, ``/metrics`` from its cache, single records, the page, writes).
+HEAVY = frozenset({"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/timeline", "/jobs/{job_id}/diagnosis", "/alerts",
+                   "/fabric/{switch}/{port}", "/silences"})
+#: Seconds ``/metrics`` serves the same exposition (the agents' lag probe asks the consumer per
+#: partition; Prometheus scrapes every 15 s or so, a dashboard may ask far more often).
+METRICS_CACHE_S = 1.0
+#: Jobs whose inventory topology (:func:`streams.views.job_topology`) is kept, per inventory version.
+TOPOLOGY_CACHE = 8
+#: A query integer: plain ASCII digits; a query time in seconds: ASCII digits with an optional fraction.
+ASCII_INT = re.compile(r"[0-9]{1,9}")
+ASCII_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
 #: Security headers on every response; the page additionally gets a strict CSP (no inline code).
 HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -107,12 +125,56 @@ EXCEPTIONS = _exception_classes()
 
 def error(status: int, message: str, **extra: Any) -> web.HTTPException:
     """An aiohttp HTTP exception (4xx/5xx) with Lockstep's JSON error body ``{"error", "status"}``."""
-    body = orjson.dumps({"error": message, "status": status, **extra}).decode()
+    body = error_body(status, message, **extra).decode()
     if status == 405:
         return web.HTTPMethodNotAllowed("", [], text=body, content_type="application/json")
     if status == 413:
         return web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, 0, text=body, content_type="application/json")
     return EXCEPTIONS.get(status, web.HTTPBadRequest)(text=body, content_type="application/json")
+
+
+def error_body(status: int, message: str, **extra: Any) -> bytes:
+    """The JSON body of every error answer: ``{"error": message, "status": status, ...}``."""
+    return orjson.dumps({"error": message, "status": status, **extra})
+
+
+class JsonErrorHandler(RequestHandler):
+    """aiohttp's connection handler, answering what it cannot parse (a URL or header over 8 KiB, a
+    malformed request line) with Lockstep's JSON error body and one log line, not a plain-text body
+    and a traceback: a bad request is the client's error, not the worker's."""
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status >= 500:
+            log.error("HTTP request failed before routing: %s", exc, exc_info=exc)
+            text = "internal error (see the worker's log)"
+        else:
+            reason = getattr(exc, "message", None) or message or "bad request"
+            text = str(reason).split(":", 1)[0][:200]  # aiohttp quotes the offending bytes after a colon
+            log.info("HTTP %d before routing from %s: %s", status, request.remote, text)
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response was already being sent; closing the connection")
+        resp = web.Response(status=status, body=error_body(status, text), content_type="application/json")
+        for k, v in HEADERS.items():
+            resp.headers[k] = v
+        resp.force_close()
+        return resp
+
+
+class JsonErrorServer(web.Server):
+    """:class:`aiohttp.web.Server` whose connections are :class:`JsonErrorHandler`."""
+
+    def __call__(self) -> RequestHandler:
+        return JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+
+
+class Runner(web.AppRunner):
+    """:class:`aiohttp.web.AppRunner` serving through :class:`JsonErrorServer`."""
+
+    async def _make_server(self) -> web.Server:
+        plain = await super()._make_server()
+        return JsonErrorServer(plain.request_handler, request_factory=plain.request_factory,
+                               handler_cancellation=plain.handler_cancellation, loop=plain._loop, **plain._kwargs)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -144,7 +206,16 @@ class WebServer:
             "lockstep_http_request_seconds", "HTTP request latency by method, route and status", ["method", "route",
                                                                                                   "status"],
             registry=registry, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
+        self.heavy_in_flight = Gauge("lockstep_http_heavy_in_flight", "Heavy API reads being computed now "
+                                     "(at most LOCKSTEP_WEB_MAX_HEAVY_REQUESTS)", registry=registry)
+        self.heavy_refused = Counter("lockstep_http_heavy_refused_total", "Heavy API reads answered 429 (the "
+                                     "limit was reached)", ["route"], registry=registry)
         self.readmodel = ReadModel(self.settings, worker.bootstrap, self.store, self.rm_metrics, clock=clock)
+        self.pool: ThreadPoolExecutor | None = None
+        self._heavy = 0
+        self._topologies: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        self._exposition: tuple[float, bytes] | None = None
+        self._exposing: asyncio.Lock | None = None
         self.runner: web.AppRunner | None = None
         self.producer: Any = None
         self.host = self.settings.web_host
@@ -180,13 +251,13 @@ class WebServer:
         r.add_post("/silences", self.silence_create)
         r.add_get("/silences/{silence_id}", self.silence)
         r.add_delete("/silences/{silence_id}", self.silence_expire)
-        r.add_static("/static/", WEB_ROOT, show_index=False, follow_symlinks=False)
+        r.add_get("/static/{name}", self.static)
         return app
 
     async def start(self) -> str:
         """Start the read model, then listen; return :attr:`url`. A port in use is a ConfigError."""
         await self.readmodel.start()
-        self.runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
+        self.runner = Runner(self.make_app(), access_log=None, handle_signals=False)
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.host, self.settings.web_port, reuse_address=True)
         try:
@@ -206,6 +277,9 @@ class WebServer:
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
         await self.readmodel.stop()
         if self.producer is not None:
             await self.producer.stop()
@@ -227,6 +301,9 @@ class WebServer:
                                      f"{', '.join(sorted(allowed)) or 'none'}")
             response = await handler(request)
             status = response.status
+            if status >= 400 and response.content_type != "application/json":
+                # aiohttp's static files answer a missing file with a bare 404: every error is JSON
+                raise EXCEPTIONS.get(status, web.HTTPBadRequest)()
         except web.HTTPException as exc:
             status = exc.status
             if exc.content_type != "application/json":  # aiohttp's own (404 route, 405, 413): JSON too
@@ -269,21 +346,27 @@ class WebServer:
         return default if value is None or value == "" else value
 
     def _int(self, request: web.Request, name: str, default: int | None) -> int | None:
+        """A whole number of ASCII digits (``str.isdigit`` and ``int`` also take fullwidth
+        digits, and ``int`` takes ``1_000``)."""
         raw = self._query(request, name)
         if raw is None:
             return default
-        if not raw.isdigit() or len(raw) > 9:
-            raise error(400, f"{name} must be a positive whole number, not {raw[:40]!r}")
+        if not ASCII_INT.fullmatch(raw):
+            raise error(400, f"{name} must be a whole number in ASCII digits (at most 9), not {raw[:40]!a}")
         return int(raw)
 
     def _time(self, request: web.Request, name: str) -> Any:
+        """Unix seconds (ASCII digits, an optional fraction) or an RFC 3339 string for the view to parse;
+        anything else (``1_000``, ``1e9``, ``nan``, non-ASCII digits) is a 400."""
         raw = self._query(request, name)
         if raw is None:
             return None
-        try:
+        if ASCII_SECONDS.fullmatch(raw):
             return float(raw)
-        except ValueError:
-            return raw  # an RFC 3339 string: the view parses and validates it
+        if not raw.isascii() or (raw[:1].isdigit() and "-" not in raw):
+            raise error(400, f"{name} must be Unix seconds in ASCII digits or an RFC 3339 time, not "
+                             f"{raw[:40]!a}")
+        return raw  # an RFC 3339 string: the view parses and validates it
 
     def _require_writer(self, request: web.Request) -> None:
         token = self.settings.api_token
@@ -328,12 +411,67 @@ class WebServer:
             log.warning("write to %s failed: %s", topic, exc)
             raise error(503, f"could not write to Kafka topic {topic}: {type(exc).__name__}", retryable=True) from None
 
+    async def _heavy_json(self, request: web.Request, compute: Callable[[], Any]) -> web.Response:
+        """Answer ``compute()`` (a pure view over a :meth:`ReadStore.snapshot`) from the thread pool,
+        serialised there too; beyond ``web_max_heavy_requests`` at once, a 429 with ``Retry-After``.
+
+        The view's pure-Python parts still hold the GIL, so the pool's size is also the share of the
+        interpreter reads can take from the agents: keep the limit small, the views are bounded.
+        """
+        limit = self.settings.web_max_heavy_requests
+        if self._heavy >= limit:
+            route = request.match_info.route.resource
+            self.heavy_refused.labels(route.canonical if route is not None else "unmatched").inc()
+            retry = self.settings.web_retry_after_s
+            exc = error(429, f"busy: {limit} heavy reads are being answered; retry in {retry} s", retry_after_s=retry)
+            exc.headers["Retry-After"] = str(retry)
+            raise exc
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="lockstep-web")
+        self._heavy += 1
+        self.heavy_in_flight.set(self._heavy)
+        try:
+            body = await asyncio.get_running_loop().run_in_executor(self.pool, _computed, compute)
+        finally:
+            self._heavy -= 1
+            self.heavy_in_flight.set(self._heavy)
+        if isinstance(body, views.QueryError):
+            raise error(400, str(body))
+        if body is None:
+            raise error(404, "not found")
+        return web.Response(body=body, content_type="application/json")
+
+    def _topology(self, job_id: str) -> dict[str, Any] | None:
+        """:func:`views.job_topology` of the job, kept for the inventory version it was computed at
+        (any thread: the cache is a dict touched by single calls, a miss computes it again)."""
+        inventory = self.worker.inventory
+        info = inventory.job(job_id)
+        if info is None:
+            return None
+        key = (job_id, inventory.version)
+        found = self._topologies.get(key)
+        if found is None:
+            found = views.job_topology(inventory, info)
+            self._topologies[key] = found
+            while len(self._topologies) > TOPOLOGY_CACHE:
+                with contextlib.suppress(KeyError):
+                    self._topologies.popitem(last=False)
+        return found
+
     def _known_job(self, job_id: str) -> bool:
         return self.worker.inventory.job(job_id) is not None or job_id in self.store.job_ids()
 
     # -- handlers: page, probes, metrics --------------------------------------------------------
     async def page(self, request: web.Request) -> web.Response:
         return self._page_response()
+
+    async def static(self, request: web.Request) -> web.FileResponse:
+        """The page's files, by name from :data:`WEB_ROOT` (no directories, no index, no symlinks)."""
+        name = request.match_info["name"]
+        path = WEB_ROOT / name
+        if name.startswith(".") or "/" in name or "\\" in name or not path.is_file() or path.is_symlink():
+            raise error(404, f"no file {name[:100]!r} in the page's static files")
+        return web.FileResponse(path)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return _json({"status": "ok"})
@@ -367,9 +505,20 @@ class WebServer:
                     self.rm_metrics.lag.labels("agents", tp.topic, str(tp.partition)).set(max(0, high - pos))
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        await self._agents_lag()
-        body = generate_latest(self.worker.metrics.registry)
-        resp = web.Response(body=body)
+        """The exposition, made at most once per :data:`METRICS_CACHE_S` (while one is being made,
+        the previous one is served)."""
+        if self._exposing is None:
+            self._exposing = asyncio.Lock()
+        cached = self._exposition
+        fresh = cached is not None and time.monotonic() - cached[0] < METRICS_CACHE_S
+        if not fresh and not (self._exposing.locked() and cached is not None):
+            async with self._exposing:
+                cached = self._exposition
+                if cached is None or time.monotonic() - cached[0] >= METRICS_CACHE_S:
+                    await self._agents_lag()
+                    cached = self._exposition = (time.monotonic(), generate_latest(self.worker.metrics.registry))
+        assert cached is not None
+        resp = web.Response(body=cached[1])
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 
@@ -379,49 +528,73 @@ class WebServer:
         return _json(openapi_document(self.settings.public_url))
 
     # -- handlers: reads ------------------------------------------------------------------------
+    def _no_job(self, job_id: str) -> web.HTTPException:
+        return error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
+
     async def jobs(self, request: web.Request) -> web.Response:
-        return _json({"jobs": views.job_list(self.store, self.worker.inventory), "as_of": self.store.event_time})
+        inventory = self.worker.inventory
+
+        def compute() -> Any:
+            store = self.store.snapshot()
+            return {"jobs": views.job_list(store, inventory), "as_of": store.event_time}
+
+        return await self._heavy_json(request, compute)
 
     async def job(self, request: web.Request) -> web.Response:
         if wants_html(request):
             return self._page_response()
         job_id = request.match_info["job_id"]
-        detail = views.job_detail(self.store, self.worker.inventory, job_id)
-        if detail is None:
-            raise error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
-        return _json(detail)
+        offset = self._int(request, "offset", 0) or 0
+        limit = self._int(request, "limit", views.DEFAULT_PAGE) or 0
+        inventory = self.worker.inventory
+
+        def compute() -> Any:
+            return views.job_detail(self.store.snapshot(job_id), inventory, job_id, offset=offset, limit=limit,
+                                    topology=self._topology(job_id))
+
+        return await self._found(request, job_id, compute)
+
+    async def _found(self, request: web.Request, job_id: str, compute: Callable[[], Any]) -> web.Response:
+        try:
+            return await self._heavy_json(request, compute)
+        except web.HTTPNotFound:
+            raise self._no_job(job_id) from None
 
     async def timeline(self, request: web.Request) -> web.Response:
         if wants_html(request):
             return self._page_response()
         job_id = request.match_info["job_id"]
-        try:
-            out = views.timeline(self.store, self.worker.inventory, job_id, self._time(request, "from"),
-                                 self._time(request, "to"), step=self._int(request, "step", None),
-                                 alert_id=self._query(request, "alert"), fallback_end=float(int(self.clock())))
-        except views.QueryError as exc:
-            raise error(400, str(exc)) from None
-        if out is None:
-            raise error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
-        return _json(out)
+        start, end = self._time(request, "from"), self._time(request, "to")
+        step, alert = self._int(request, "step", None), self._query(request, "alert")
+        fallback_end = float(int(self.clock()))
+        inventory = self.worker.inventory
+
+        def compute() -> Any:
+            return views.timeline(self.store.snapshot(job_id), inventory, job_id, start, end, step=step,
+                                  alert_id=alert, fallback_end=fallback_end)
+
+        return await self._found(request, job_id, compute)
 
     async def diagnosis(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
-        try:
-            out = views.diagnosis(self.store, self.worker.inventory, job_id, self._query(request, "alert"))
-        except views.QueryError as exc:
-            raise error(400, str(exc)) from None
-        if out is None:
-            raise error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
-        return _json(out)
+        alert = self._query(request, "alert")
+        inventory = self.worker.inventory
+
+        def compute() -> Any:
+            return views.diagnosis(self.store.snapshot(job_id), inventory, job_id, alert,
+                                   topology=self._topology(job_id))
+
+        return await self._found(request, job_id, compute)
 
     async def alerts(self, request: web.Request) -> web.Response:
-        try:
-            rows = views.alert_list(self.store, self.clock(), job_id=self._query(request, "job"),
-                                    status=self._query(request, "status"), limit=self._int(request, "limit", 100) or 0)
-        except views.QueryError as exc:
-            raise error(400, str(exc)) from None
-        return _json({"alerts": rows})
+        job, status = self._query(request, "job"), self._query(request, "status")
+        limit = self._int(request, "limit", 100) or 0
+        now = self.clock()
+
+        def compute() -> Any:
+            return {"alerts": views.alert_list(self.store.snapshot(job), now, job_id=job, status=status, limit=limit)}
+
+        return await self._heavy_json(request, compute)
 
     async def alert(self, request: web.Request) -> web.Response:
         if wants_html(request):
@@ -434,10 +607,12 @@ class WebServer:
 
     async def fabric(self, request: web.Request) -> web.Response:
         switch, port = request.match_info["switch"], request.match_info["port"]
-        out = views.fabric_port(self.store, self.worker.inventory, switch, port)
-        if out is None:
-            raise error(404, f"no NIC is cabled to {switch[:100]} port {port[:20]} in the inventory")
-        return _json(out)
+        inventory = self.worker.inventory
+        try:
+            return await self._heavy_json(request, lambda: views.fabric_port(self.store.snapshot(), inventory, switch,
+                                                                             port))
+        except web.HTTPNotFound:
+            raise error(404, f"no NIC is cabled to {switch[:100]!r} port {port[:20]!r} in the inventory") from None
 
     async def annotations(self, request: web.Request) -> web.Response:
         job = self._query(request, "job")
@@ -446,11 +621,13 @@ class WebServer:
         return _json({"annotations": rows})
 
     async def silences(self, request: web.Request) -> web.Response:
-        try:
-            rows = views.silence_list(self.store, self.clock(), state=self._query(request, "state"))
-        except views.QueryError as exc:
-            raise error(400, str(exc)) from None
-        return _json({"silences": rows})
+        state, now = self._query(request, "state"), self.clock()
+        def compute() -> Any:
+            held = ReadStore(self.store.config)
+            held.silences = dict(self.store.silences)  # all a silence list reads; one C-level copy
+            return {"silences": views.silence_list(held, now, state=state)}
+
+        return await self._heavy_json(request, compute)
 
     async def silence(self, request: web.Request) -> web.Response:
         sid = request.match_info["silence_id"]
@@ -504,3 +681,22 @@ class WebServer:
             await self._produce(self.catalogue.silences, sid, rec)
             self.store.apply("silences", rec, sid)
         return _json(views.silence_view(rec, now))
+
+
+def _computed(compute: Callable[[], Any]) -> bytes | views.QueryError | None:
+    """Run in the pool: the view, serialised; a bad question comes back as its error, to be a 400.
+
+    A view that meets a container changed under it by the event loop (``RuntimeError: ... changed
+    size during iteration``: the inventory is not copied, it changes rarely) is computed again.
+    """
+    for attempt in range(3):
+        try:
+            out = compute()
+        except views.QueryError as exc:
+            return exc
+        except RuntimeError as exc:
+            if "during iteration" not in str(exc) or attempt == 2:
+                raise
+            continue
+        return None if out is None else orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
+    return None  # not reached: the last attempt returns or raises
