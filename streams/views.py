@@ -599,11 +599,11 @@ def _baselines(store: ReadStore, job_id: str, start: float, end: float) -> tuple
     out: list[list[float | None]] = []
     for field in (P50, P99):
         values = data[:, :, field].astype(np.float64)
-        held: list[bool] = np.isfinite(values).any(axis=0).tolist()
+        held = np.asarray(np.isfinite(values).any(axis=0)).tolist()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN lane is None below
             med = np.nanmedian(values, axis=0)
-        out.append([float(m) if h else None for m, h in zip(med.tolist(), held, strict=True)])
+        out.append([float(m) if h else None for m, h in zip(np.asarray(med).tolist(), held, strict=True)])
     return out[0], out[1]
 
 
