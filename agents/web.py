@@ -612,7 +612,7 @@ class WebServer:
             return await self._heavy_json(request, lambda: views.fabric_port(self.store.snapshot(), inventory, switch,
                                                                              port))
         except web.HTTPNotFound:
-            raise error(404, f"no NIC is cabled to {switch[:100]!r} port {port[:20]!r} in the inventory") from None
+            raise error(404, f"no NIC is cabled to {switch[:100]} port {port[:20]} in the inventory") from None
 
     async def annotations(self, request: web.Request) -> web.Response:
         job = self._query(request, "job")
