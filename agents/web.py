@@ -213,7 +213,8 @@ class WebServer:
         self.readmodel = ReadModel(self.settings, worker.bootstrap, self.store, self.rm_metrics, clock=clock)
         self.pool: ThreadPoolExecutor | None = None
         self._heavy = 0
-        self._topologies: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        self._turn: asyncio.Lock | None = None
+        self._topologies: OrderedDict[tuple[str, int], asyncio.Future[dict[str, Any]]] = OrderedDict()
         self._exposition: tuple[float, bytes] | None = None
         self._exposing: asyncio.Lock | None = None
         self.runner: web.AppRunner | None = None
@@ -411,12 +412,19 @@ class WebServer:
             log.warning("write to %s failed: %s", topic, exc)
             raise error(503, f"could not write to Kafka topic {topic}: {type(exc).__name__}", retryable=True) from None
 
-    async def _heavy_json(self, request: web.Request, compute: Callable[[], Any]) -> web.Response:
-        """Answer ``compute()`` (a pure view over a :meth:`ReadStore.snapshot`) from the thread pool,
-        serialised there too; beyond ``web_max_heavy_requests`` at once, a 429 with ``Retry-After``.
+    async def _heavy_json(self, request: web.Request, compute: Callable[[], Any],
+                          topology_of: str | None = None) -> web.Response:
+        """Answer ``compute()`` (a pure view, serialised here) in its turn: one heavy view at a time,
+        at most ``web_max_heavy_requests`` admitted (computing or waiting for their turn); one more
+        is answered 429 with ``Retry-After`` at once.
 
-        The view's pure-Python parts still hold the GIL, so the pool's size is also the share of the
-        interpreter reads can take from the agents: keep the limit small, the views are bounded.
+        The views run on the event loop, between the agents' steps: measured against computing them
+        in a thread pool (tests/faults/test_read_load.py, docs/api.md), a thread holding the GIL for
+        pure-Python view code starves the loop far more (each of its returns from I/O waits for the
+        GIL: the convoy effect) than one bounded view at a time does. So the views are bounded
+        instead (a six-hour timeline is ~16 ms, a job's node list is paged), and a waiting request
+        lets the agents' ready steps run before it (the turn is handed over through the loop).
+        ``topology_of``: the job whose :meth:`_topology` ``compute`` reads (made ready first).
         """
         limit = self.settings.web_max_heavy_requests
         if self._heavy >= limit:
@@ -426,24 +434,31 @@ class WebServer:
             exc = error(429, f"busy: {limit} heavy reads are being answered; retry in {retry} s", retry_after_s=retry)
             exc.headers["Retry-After"] = str(retry)
             raise exc
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="lockstep-web")
+        if self._turn is None:
+            self._turn = asyncio.Lock()
         self._heavy += 1
         self.heavy_in_flight.set(self._heavy)
         try:
-            body = await asyncio.get_running_loop().run_in_executor(self.pool, _computed, compute)
+            if topology_of is not None:
+                await self._topology(topology_of)
+            async with self._turn:
+                await asyncio.sleep(0)  # what became ready meanwhile (the agents' steps) goes first
+                try:
+                    out = compute()
+                except views.QueryError as exc:
+                    raise error(400, str(exc)) from None
+                if out is None:
+                    raise error(404, "not found")
+                body = orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
         finally:
             self._heavy -= 1
             self.heavy_in_flight.set(self._heavy)
-        if isinstance(body, views.QueryError):
-            raise error(400, str(body))
-        if body is None:
-            raise error(404, "not found")
         return web.Response(body=body, content_type="application/json")
 
-    def _topology(self, job_id: str) -> dict[str, Any] | None:
-        """:func:`views.job_topology` of the job, kept for the inventory version it was computed at
-        (any thread: the cache is a dict touched by single calls, a miss computes it again)."""
+    async def _topology(self, job_id: str) -> dict[str, Any] | None:
+        """:func:`views.job_topology` of the job, kept per inventory version: computed in a thread
+        (a job of 100,000 nodes takes most of a second, once; requests for it meanwhile wait for the
+        same computation), the rest of the answer on the loop."""
         inventory = self.worker.inventory
         info = inventory.job(job_id)
         if info is None:
@@ -451,12 +466,25 @@ class WebServer:
         key = (job_id, inventory.version)
         found = self._topologies.get(key)
         if found is None:
-            found = views.job_topology(inventory, info)
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockstep-web")
+            found = asyncio.get_running_loop().run_in_executor(self.pool, _topology_of, inventory, info)
             self._topologies[key] = found
             while len(self._topologies) > TOPOLOGY_CACHE:
-                with contextlib.suppress(KeyError):
-                    self._topologies.popitem(last=False)
-        return found
+                self._topologies.popitem(last=False)
+        try:
+            return await asyncio.shield(found)
+        except Exception:
+            self._topologies.pop(key, None)  # not kept: the next request computes it again
+            raise
+
+    def _cached_topology(self, job_id: str) -> dict[str, Any] | None:
+        """The topology :meth:`_topology` made ready for this request (None if not in the inventory)."""
+        inventory = self.worker.inventory
+        found = self._topologies.get((job_id, inventory.version))
+        if found is None or not found.done() or found.cancelled() or found.exception() is not None:
+            return None  # the inventory moved on meanwhile: the view computes it itself
+        return found.result()
 
     def _known_job(self, job_id: str) -> bool:
         return self.worker.inventory.job(job_id) is not None or job_id in self.store.job_ids()
@@ -535,8 +563,7 @@ class WebServer:
         inventory = self.worker.inventory
 
         def compute() -> Any:
-            store = self.store.snapshot()
-            return {"jobs": views.job_list(store, inventory), "as_of": store.event_time}
+            return {"jobs": views.job_list(self.store, inventory), "as_of": self.store.event_time}
 
         return await self._heavy_json(request, compute)
 
@@ -549,14 +576,15 @@ class WebServer:
         inventory = self.worker.inventory
 
         def compute() -> Any:
-            return views.job_detail(self.store.snapshot(job_id), inventory, job_id, offset=offset, limit=limit,
-                                    topology=self._topology(job_id))
+            return views.job_detail(self.store, inventory, job_id, offset=offset, limit=limit,
+                                    topology=self._cached_topology(job_id))
 
-        return await self._found(request, job_id, compute)
+        return await self._found(request, job_id, compute, topology_of=job_id)
 
-    async def _found(self, request: web.Request, job_id: str, compute: Callable[[], Any]) -> web.Response:
+    async def _found(self, request: web.Request, job_id: str, compute: Callable[[], Any],
+                     topology_of: str | None = None) -> web.Response:
         try:
-            return await self._heavy_json(request, compute)
+            return await self._heavy_json(request, compute, topology_of)
         except web.HTTPNotFound:
             raise self._no_job(job_id) from None
 
@@ -570,7 +598,7 @@ class WebServer:
         inventory = self.worker.inventory
 
         def compute() -> Any:
-            return views.timeline(self.store.snapshot(job_id), inventory, job_id, start, end, step=step,
+            return views.timeline(self.store, inventory, job_id, start, end, step=step,
                                   alert_id=alert, fallback_end=fallback_end)
 
         return await self._found(request, job_id, compute)
@@ -581,10 +609,9 @@ class WebServer:
         inventory = self.worker.inventory
 
         def compute() -> Any:
-            return views.diagnosis(self.store.snapshot(job_id), inventory, job_id, alert,
-                                   topology=self._topology(job_id))
+            return views.diagnosis(self.store, inventory, job_id, alert, topology=self._cached_topology(job_id))
 
-        return await self._found(request, job_id, compute)
+        return await self._found(request, job_id, compute, topology_of=job_id)
 
     async def alerts(self, request: web.Request) -> web.Response:
         job, status = self._query(request, "job"), self._query(request, "status")
@@ -592,7 +619,7 @@ class WebServer:
         now = self.clock()
 
         def compute() -> Any:
-            return {"alerts": views.alert_list(self.store.snapshot(job), now, job_id=job, status=status, limit=limit)}
+            return {"alerts": views.alert_list(self.store, now, job_id=job, status=status, limit=limit)}
 
         return await self._heavy_json(request, compute)
 
@@ -609,8 +636,7 @@ class WebServer:
         switch, port = request.match_info["switch"], request.match_info["port"]
         inventory = self.worker.inventory
         try:
-            return await self._heavy_json(request, lambda: views.fabric_port(self.store.snapshot(), inventory, switch,
-                                                                             port))
+            return await self._heavy_json(request, lambda: views.fabric_port(self.store, inventory, switch, port))
         except web.HTTPNotFound:
             raise error(404, f"no NIC is cabled to {switch[:100]} port {port[:20]} in the inventory") from None
 
@@ -623,9 +649,7 @@ class WebServer:
     async def silences(self, request: web.Request) -> web.Response:
         state, now = self._query(request, "state"), self.clock()
         def compute() -> Any:
-            held = ReadStore(self.store.config)
-            held.silences = dict(self.store.silences)  # all a silence list reads; one C-level copy
-            return {"silences": views.silence_list(held, now, state=state)}
+            return {"silences": views.silence_list(self.store, now, state=state)}
 
         return await self._heavy_json(request, compute)
 
@@ -683,20 +707,13 @@ class WebServer:
         return _json(views.silence_view(rec, now))
 
 
-def _computed(compute: Callable[[], Any]) -> bytes | views.QueryError | None:
-    """Run in the pool: the view, serialised; a bad question comes back as its error, to be a 400.
-
-    A view that meets a container changed under it by the event loop (``RuntimeError: ... changed
-    size during iteration``: the inventory is not copied, it changes rarely) is computed again.
-    """
+def _topology_of(inventory: InventoryIndex, info: Any) -> dict[str, Any]:
+    """:func:`views.job_topology` in the pool. The inventory changes on the loop meanwhile (rarely):
+    a dict that changed size under the computation (``RuntimeError``) means computing it again."""
     for attempt in range(3):
         try:
-            out = compute()
-        except views.QueryError as exc:
-            return exc
+            return views.job_topology(inventory, info)
         except RuntimeError as exc:
             if "during iteration" not in str(exc) or attempt == 2:
                 raise
-            continue
-        return None if out is None else orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
-    return None  # not reached: the last attempt returns or raises
+    raise AssertionError("not reached")

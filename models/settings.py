@@ -160,8 +160,8 @@ class LockstepSettings(BaseSettings):
     web_max_heavy_requests: int = Field(
         default=2, ge=1, le=64,
         description="Heavy API reads (job list and detail, timeline, diagnosis, fabric, alert and silence "
-                    "lists) computed at once, in a thread pool off the agents' event loop; one more is "
-                    "answered 429 with Retry-After")
+                    "lists) admitted at once: computed one at a time between the agents' steps, the others "
+                    "waiting their turn; one more is answered 429 with Retry-After")
     web_retry_after_s: int = Field(default=1, ge=1, le=600, description="Retry-After of a 429 (seconds)")
 
     # --- Delivery (issue 6; docs/delivery.md) ------------------------------------------------

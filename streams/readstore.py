@@ -352,45 +352,6 @@ class ReadStore:
             entries.sort(key=_onset)
         return out
 
-    def snapshot(self, job_id: str | None = None) -> ReadStore:
-        """A copy to read from another thread while this store goes on folding (:mod:`agents.web`
-        computes its heavy answers in a thread pool): of one job (what :mod:`streams.views` reads
-        of it, and the silences) or, with ``job_id`` None, of every job.
-
-        Every container is copied, the alert entries too (their event lists grow); the records are
-        shared (folding replaces them, never changes them). The lane rings are shared, not copied
-        (an hour of lanes is 650 KB a job): their arrays never change shape, so a reader sees each
-        second either as it was or as it is, at worst one second half-updated, never out of bounds.
-        Each copy is one C-level call (``dict()``, ``list()``), so this may run in any thread.
-        """
-        out = ReadStore(self.config)
-        out.event_time = self.event_time
-        out.applied, out.rejected = dict(self.applied), dict(self.rejected)
-        out.silences = dict(self.silences)
-        out.effects = OrderedDict(self.effects)
-        entries = list(self.alerts.values())
-        if job_id is None:
-            out.lanes = OrderedDict(self.lanes)
-            out.episodes = {j: deque(list(eps)) for j, eps in list(self.episodes.items())}
-            out.stats = dict(self.stats)
-            out.annotations = {j: OrderedDict(n) for j, n in list(self.annotations.items())}
-        else:
-            ring = self.lanes.get(job_id)
-            if ring is not None:
-                out.lanes[job_id] = ring
-            eps = self.episodes.get(job_id)
-            if eps is not None:
-                out.episodes[job_id] = deque(list(eps))
-            if job_id in self.stats:
-                out.stats[job_id] = self.stats[job_id]
-            notes = self.annotations.get(job_id)
-            if notes is not None:
-                out.annotations[job_id] = OrderedDict(notes)
-            entries = [e for e in entries if e.latest.get("job_id") == job_id]
-        for e in entries:
-            out.alerts[e.alert_id] = AlertEntry(e.alert_id, e.latest, e.firing, list(e.events))
-        return out
-
 
 def _onset(entry: AlertEntry) -> tuple[str, str]:
     return str(entry.latest.get("started_at") or ""), entry.alert_id

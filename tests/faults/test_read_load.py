@@ -1,6 +1,6 @@
 """Read load during ingest, live: a worker subprocess on the real broker takes telemetry at a steady
-rate while 50 clients in flight hammer its heaviest endpoints (six-hour timelines, a job of 20,000
-nodes, ``/metrics``, the job list, the diagnosis).
+rate while 50 clients in flight hammer its heaviest endpoints (six-hour timelines over an hour of
+lanes, a job of 20,000 nodes, ``/metrics``, the list of 100 jobs, the diagnosis).
 
 What must hold (issue 16, point 3): ingest keeps up (every sample produced is processed, exactly
 once; no valid sample is dead-lettered as ``LateData``); ``/healthz`` answers within a second at the
@@ -41,6 +41,8 @@ LOAD_S = 12.0
 IN_FLIGHT = 50
 MAX_REQUESTS = 50_000
 BIG_NODES = 20_000
+HISTORY_S = 3600
+HISTORY_JOBS = 100
 
 
 def big_job_inventory(ts: float) -> list[dict[str, Any]]:
@@ -61,6 +63,29 @@ async def send_docs(settings: Any, docs: list[dict[str, Any]]) -> None:
         for doc in docs:
             event = inventory_adapter.validate_python(doc)
             await producer.send(cat.inventory, event.model_dump_json().encode(), key=inventory_key(event).encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def send_history(settings: Any, start_ts: float) -> None:
+    """An hour of lanes for ``job00000`` and ten minutes for 100 more jobs on ``timelines`` (what a
+    worker that ran that long would have written): the read model holds what a long-running one does,
+    so a six-hour timeline and the job list cost what they cost in production."""
+    from streams.lanes import LANE_ORDER
+
+    lanes = {lane: {"n": 8, "p50": 1.0, "p99": 1.5, "min": 0.5, "max": 2.0} for lane in LANE_ORDER}
+    producer = await start_producer(settings, settings.kafka_bootstrap_servers or "", max_batch_size=1024 * 1024)
+    try:
+        topic = TopicCatalogue(settings).timelines
+        for s in range(HISTORY_S):
+            await producer.send(topic, orjson.dumps({"type": "timeline", "job_id": "job00000",
+                                                     "ts": start_ts - HISTORY_S + s, "lanes": lanes}), key=b"job00000")
+        for j in range(HISTORY_JOBS):
+            job = f"hist{j:03d}"
+            for s in range(0, 600, 2):
+                await producer.send(topic, orjson.dumps({"type": "timeline", "job_id": job, "ts": start_ts - 600 + s,
+                                                         "lanes": lanes}), key=job.encode())
         await producer.flush()
     finally:
         await producer.stop()
@@ -122,6 +147,7 @@ def test_read_load_does_not_starve_ingest_and_health_answers_fast(
         gen = LoadGenerator(SPEC)
         await send_inventory(settings, gen)
         await send_docs(settings, big_job_inventory(SPEC.start_ts - 60))
+        await send_history(settings, SPEC.start_ts)
         worker = WorkerProcess(settings, "worker", {"LOCKSTEP_WEB_MAX_HEAVY_REQUESTS": "4"})
         workers.append(worker)
 
@@ -139,10 +165,11 @@ def test_read_load_does_not_starve_ingest_and_health_answers_fast(
             sending = asyncio.create_task(producing.run())
             # Quiet phase: the ingest rate without read load.
             await wait_until(lambda: _positive(session, url), 30, every_s=0.2)
-            p0, t0 = await processed(session, url), time.monotonic()
+            p0, t0, s0 = await processed(session, url), time.monotonic(), producing.samples
             await asyncio.sleep(QUIET_S)  # a measuring interval, not synchronisation
-            p1, t1 = await processed(session, url), time.monotonic()
+            p1, t1, s1 = await processed(session, url), time.monotonic(), producing.samples
             out["quiet_samples_per_s"] = (p1 - p0) / (t1 - t0)
+            out["quiet_produced_per_s"] = (s1 - s0) / (t1 - t0)
 
             # Loaded phase: 50 clients in flight on the heavy endpoints, /healthz probed throughout.
             latest = SPEC.start_ts + producing.k
@@ -170,7 +197,7 @@ def test_read_load_does_not_starve_ingest_and_health_answers_fast(
                         elif resp.status == 200:
                             heavy_s.append(time.monotonic() - started)
 
-            p2, t2 = await processed(session, url), time.monotonic()
+            p2, t2, s2 = await processed(session, url), time.monotonic(), producing.samples
             until = t2 + LOAD_S
             loading = asyncio.gather(*(client(i) for i in range(IN_FLIGHT)))
             while not loading.done():
@@ -181,8 +208,10 @@ def test_read_load_does_not_starve_ingest_and_health_answers_fast(
                 health_s.append(time.monotonic() - started)
                 await asyncio.wait([loading], timeout=0.05)  # the probe's period
             await loading
-            p3, t3 = await processed(session, url), time.monotonic()
+            p3, t3, s3 = await processed(session, url), time.monotonic(), producing.samples
             out["loaded_samples_per_s"] = (p3 - p2) / (t3 - t2)
+            out["loaded_produced_per_s"] = (s3 - s2) / (t3 - t2)
+            out["behind_after_load"] = s3 - p3
             out["load_s"] = t3 - t2
             producing.stop.set()
             await sending
@@ -209,8 +238,9 @@ def test_read_load_does_not_starve_ingest_and_health_answers_fast(
     assert out["healthz_p99"] < 1.0, out
     assert out["statuses"].get(429, 0) > 0 and out["retry_after"] and all(v.isdigit() for v in out["retry_after"])
     assert set(out["statuses"]) <= {200, 429}, out
-    # Ingest keeps up under the load: at least 80% of the production rate while it lasts.
-    assert out["loaded_samples_per_s"] >= 0.8 * RATE, out
+    # Ingest keeps up under the load: when it ends, at most 4 s of production is still to be processed
+    # (the counter is read from /metrics, itself up to 1 s old, and ingest works in batches).
+    assert out["behind_after_load"] <= 4 * RATE, out
 
 
 async def _positive(session: aiohttp.ClientSession, url: str) -> bool:

@@ -1,7 +1,6 @@
 """What keeps reads from hurting the worker, and the API's error contract, without a broker: the heavy-read
 limit (429 + Retry-After), paging, the ``/metrics`` cache, ASCII-only query numbers, JSON for every error
-(even the ones aiohttp answers before routing), silences that can match, and store snapshots that a
-thread can read while the event loop folds."""
+(even the ones aiohttp answers before routing), silences that can match, and the page's escaping."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import asyncio
 import logging
 import shutil
 import subprocess
-import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -261,46 +259,6 @@ def test_the_silence_label_names_are_those_alerts_carry() -> None:
                  "root_cause": {"layer": "gpu", "source": "gpu002"}}
     seen = set().union(*(match_labels(a) for a in (alert, skew, straggler)))
     assert seen == views.SILENCE_LABELS
-
-
-# -- snapshots read by another thread -----------------------------------------------------------
-def test_views_in_a_thread_over_snapshots_survive_a_store_folding_meanwhile() -> None:
-    store = ReadStore()
-    for s in range(600):
-        store.apply("timelines", {"type": "timeline", "job_id": "j", "ts": T0 + s, "lanes": LANES})
-    inv = StubWorker().inventory
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def read() -> None:
-        while not stop.is_set():
-            try:
-                views.timeline(store.snapshot("j"), inv, "j", T0, T0 + 3600)
-                views.job_list(store.snapshot(), inv)
-                views.alert_list(store.snapshot(), T0, limit=1000)
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-                return
-
-    thread = threading.Thread(target=read)
-    thread.start()
-    try:
-        for s in range(600, 3000):
-            store.apply("timelines", {"type": "timeline", "job_id": f"j{s % 50}", "ts": T0 + s, "lanes": LANES})
-            store.apply("alerts", {"alert_id": f"a{s}", "status": "firing", "job_id": f"j{s % 50}",
-                                   "started_at": "2025-11-30T11:00:00Z", "detected_at": "2025-11-30T11:00:01Z"})
-            store.apply("anomalies", {"type": "anomaly", "phase": "start", "job_id": "j", "ts": T0 + s, "layer": "gpu",
-                                      "source": f"g{s}", "labels": {}, "metric": "m", "meaning": "util",
-                                      "role": "symptom", "value": 1.0})
-    finally:
-        stop.set()
-        thread.join(30)
-    assert not errors, errors
-    snap = store.snapshot("j")
-    store.apply("alerts", {"alert_id": "late", "status": "firing", "job_id": "j", "started_at": "2025-11-30T12:00:00Z",
-                           "detected_at": "2025-11-30T12:00:01Z"})
-    assert "late" not in snap.alerts and "late" in store.alerts
-    assert snap.lanes["j"] is store.lanes["j"]  # the rings are shared, not copied
 
 
 # -- the page -----------------------------------------------------------------------------------
