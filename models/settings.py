@@ -158,7 +158,7 @@ class LockstepSettings(BaseSettings):
     api_token: SecretStr | None = Field(default=None, description="Bearer token for write endpoints")
     public_url: str | None = Field(default=None, description="Base URL used in alert links")
     web_max_heavy_requests: int = Field(
-        default=2, ge=1, le=64,
+        default=8, ge=1, le=64,
         description="Heavy API reads (job list and detail, timeline, diagnosis, fabric, alert and silence "
                     "lists) admitted at once: computed one at a time between the agents' steps, the others "
                     "waiting their turn; one more is answered 429 with Retry-After")

@@ -97,8 +97,15 @@ async function api(path, opts = {}) {
   const headers = { Accept: "application/json", ...(opts.headers || {}) };
   if (opts.body !== undefined) headers["Content-Type"] = "application/json";
   if (opts.write && state.token) headers.Authorization = `Bearer ${state.token}`;
-  const resp = await fetch(path, { method: opts.method || "GET", headers,
-    body: opts.body === undefined ? undefined : JSON.stringify(opts.body) });
+  let resp;
+  for (let attempt = 0; ; attempt++) {
+    resp = await fetch(path, { method: opts.method || "GET", headers,
+      body: opts.body === undefined ? undefined : JSON.stringify(opts.body) });
+    // The worker answers 429 when too many heavy reads are in flight: wait as told, then ask again.
+    if (resp.status !== 429 || opts.method || attempt >= 3) break;
+    const wait = Math.min(10, Number(resp.headers.get("Retry-After")) || 1);
+    await new Promise((done) => setTimeout(done, wait * 1000));
+  }
   let data = null;
   try { data = await resp.json(); } catch (e) { data = null; }
   if (!resp.ok) {
