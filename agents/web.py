@@ -15,6 +15,12 @@ Access (docs/api.md "Access"):
 - every input is validated; a bad one gets a 4xx JSON body ``{"error": ..., "status": ...}``
   naming the field, nothing is coerced.
 
+Reads cannot starve the agents, which share this event loop (docs/api.md "Reads cannot starve
+ingest"): the routes in :data:`HEAVY` are admitted ``web_max_heavy_requests`` at once (one more is a
+429 with ``Retry-After``) and computed one at a time, taking at most :data:`READ_SHARE` of the loop;
+``/healthz`` and ``/readyz`` never wait for them; ``/metrics`` is made at most once a second; every
+error answer, even one aiohttp gives before routing (:class:`JsonErrorHandler`), is JSON.
+
 A browser navigating to ``/jobs/{id}``, ``/jobs/{id}/timeline`` or ``/alerts/{id}`` (``Accept:
 text/html``) gets the page, which opens that job or alert: the links alerts carry work both ways.
 """
