@@ -61,8 +61,9 @@ def _schemas() -> dict[str, Any]:
     _pydantic(SilenceRecord, s)
     _pydantic(AnnotationRequest, s, mode="validation")
     _pydantic(SilenceRequest, s, mode="validation")
-    s["Error"] = _obj({"error": STR, "status": INT, "detail": _arr(_obj({"field": NSTR, "message": STR}))},
-                      ["error", "status"])
+    s["Error"] = _obj({"error": STR, "status": INT, "detail": _arr(_obj({"field": NSTR, "message": STR})),
+                       "retry_after_s": {"type": "integer", "description": "429: seconds to wait (as Retry-After)"},
+                       "retryable": BOOL}, ["error", "status"])
     s["FirstMover"] = _obj({
         "domain": STR, "layer": STR, "source": STR, "labels": {"type": "object", "additionalProperties": STR},
         "metric": NSTR, "meaning": NSTR, "first_seen": NSTR, "ts": NNUM, "lane": NSTR, "where": STR, "reason": STR})
@@ -80,11 +81,16 @@ def _schemas() -> dict[str, Any]:
     s["Leaf"] = _obj({"switch": STR, "tier": STR, "ports": _arr(STR), "nodes": _arr(STR), "spines": _arr(STR)})
     s["Pool"] = _obj({"pool": STR, "switches": _arr(STR),
                       "shared_with": _arr(_obj({"job_id": STR, "gpus": INT}))})
+    s["Page"] = _obj({
+        "offset": INT, "limit": INT, "nodes_total": INT, "gpus_total": INT, "paths_total": INT, "leaves_total": INT,
+        "next_offset": {**NINT, "description": "offset of the next page of nodes; null on the last page"}},
+        description="The page of the job's nodes in node_list (gpu_list, paths and leaves are those nodes')")
     s["JobDetail"] = {"allOf": [_ref("JobStatus"), _obj({
         "gpus_per_node": NINT, "node_list": _arr(STR), "hostlist": STR, "gpu_list": _arr(STR),
         "paths": _arr(_ref("Path")), "leaves": _arr(_ref("Leaf")), "spines": _arr(STR), "fabrics": _arr(STR),
         "storage": _arr(_ref("Pool")), "start": NNUM, "end": NNUM, "inventory": BOOL,
-        "stats": {"type": ["object", "null"], "description": "the job's latest record on the stats topic"}})]}
+        "stats": {"type": ["object", "null"], "description": "the job's latest record on the stats topic"},
+        "page": _ref("Page")})]}
     series = _arr(NNUM)
     s["Lane"] = _obj({
         "lane": {"enum": list(LANE_ORDER)}, "title": STR, "unit": STR, "layers": STR, "has_data": BOOL,
@@ -155,6 +161,12 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(c): _json_response(text[c], "Error") for c in codes}
 
 
+#: A heavy read beyond LOCKSTEP_WEB_MAX_HEAVY_REQUESTS at once (agents.web.HEAVY).
+BUSY = {"429": {**_json_response("Busy: too many heavy reads at once; retry after Retry-After seconds", "Error"),
+                "headers": {"Retry-After": {"description": "Seconds to wait (LOCKSTEP_WEB_RETRY_AFTER_S)",
+                                            "schema": INT}}}}
+
+
 def _param(name: str, where: str, description: str, schema: dict[str, Any] | None = None,
            required: bool | None = None) -> dict[str, Any]:
     return {"name": name, "in": where, "description": description, "schema": schema or STR,
@@ -168,9 +180,11 @@ BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
 
 
 def _get(op_id: str, summary: str, response: str, *, params: list[dict[str, Any]] | None = None,
-         errors: tuple[int, ...] = (), tag: str = "read", description: str = "") -> dict[str, Any]:
+         errors: tuple[int, ...] = (), tag: str = "read", description: str = "", heavy: bool = False) -> dict[str, Any]:
     op: dict[str, Any] = {"operationId": op_id, "summary": summary, "tags": [tag],
                           "responses": {"200": _json_response(summary, response), **_errors(*errors)}}
+    if heavy:
+        op["responses"].update(BUSY)
     if params:
         op["parameters"] = params
     if description:
@@ -193,30 +207,36 @@ def _document() -> dict[str, Any]:
         "/openapi.json": {"get": {
             "operationId": "openapi", "summary": "This document", "tags": ["operations"],
             "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": OBJ}}}}}},
-        "/jobs": _get("listJobs", "Every job with its live status", "JobList"),
-        "/jobs/{job_id}": _get("getJob", "A job's GPUs, nodes, NIC -> leaf -> spine paths and pools", "JobDetail",
-                               params=[JOB], errors=(404,)),
+        "/jobs": _get("listJobs", "Every job with its live status", "JobList", heavy=True),
+        "/jobs/{job_id}": _get(
+            "getJob", "A job's GPUs, nodes, NIC -> leaf -> spine paths and pools", "JobDetail", heavy=True,
+            params=[JOB, _param("offset", "query", "First node of the page (default 0)", {"type": "integer",
+                                                                                         "minimum": 0}, False),
+                    _param("limit", "query", "Nodes per page (1-10000, default 1000)",
+                           {"type": "integer", "minimum": 1, "maximum": 10000}, False)], errors=(400, 404),
+            description="node_list holds the nodes [offset, offset + limit); gpu_list, paths and leaves are "
+                        "theirs; page gives the totals and next_offset."),
         "/jobs/{job_id}/timeline": _get(
             "getTimeline", "The job's lanes on one time axis, anomalies, first mover, incident window", "Timeline",
             params=[JOB, _param("from", "query", "Start (Unix seconds or RFC 3339)", TIME, False),
                     _param("to", "query", "End, exclusive (Unix seconds or RFC 3339)", TIME, False),
                     _param("step", "query", "Seconds per point (1-60; default: at most 900 points)",
                            {"type": "integer", "minimum": 1, "maximum": 60}, False), ALERT_Q],
-            errors=(400, 404),
+            errors=(400, 404), heavy=True,
             description="Without from/to: around `alert`'s incident, else the last 15 minutes held for the job."),
         "/jobs/{job_id}/diagnosis": _get("getDiagnosis", "The seven answers with their evidence", "Diagnosis",
-                                         params=[JOB, ALERT_Q], errors=(400, 404)),
+                                         params=[JOB, ALERT_Q], errors=(400, 404), heavy=True),
         "/alerts": _get("listAlerts", "Alerts with their lifecycle, newest first", "AlertList", params=[
             _param("job", "query", "Only this job's alerts"),
             _param("status", "query", "Only firing or only resolved", {"enum": ["firing", "resolved"]}),
             _param("limit", "query", "At most this many (1-1000, default 100)",
-                   {"type": "integer", "minimum": 1, "maximum": 1000})], errors=(400,)),
+                   {"type": "integer", "minimum": 1, "maximum": 1000})], errors=(400,), heavy=True),
         "/alerts/{alert_id}": _get("getAlert", "One alert: latest record, first firing record, lifecycle",
                                    "AlertDetail", params=[_param("alert_id", "path", "Alert id")], errors=(404,)),
         "/fabric/{switch}/{port}": _get(
             "getFabricPort", "Who is behind a switch port: nodes, jobs, GPU counts", "FabricPort",
             params=[_param("switch", "path", "Switch name (e.g. leaf03)"), _param("port", "path", "Port (e.g. 17)")],
-            errors=(404,)),
+            errors=(404,), heavy=True),
         "/annotations": {
             **_get("listAnnotations", "Operator annotations, oldest first", "AnnotationList",
                    params=[_param("job", "query", "Only this job's annotations")]),
@@ -229,7 +249,7 @@ def _document() -> dict[str, Any]:
         "/silences": {
             **_get("listSilences", "Silences, active first", "SilenceList",
                    params=[_param("state", "query", "Only this state",
-                                  {"enum": ["active", "pending", "expired"]})], errors=(400,)),
+                                  {"enum": ["active", "pending", "expired"]})], errors=(400,), heavy=True),
             "post": {"operationId": "createSilence", "summary": "Silence alerts matching labels (needs the token)",
                      "tags": ["write"], "security": BEARER,
                      "requestBody": {"required": True, "content": {"application/json": {

@@ -15,26 +15,37 @@ Access (docs/api.md "Access"):
 - every input is validated; a bad one gets a 4xx JSON body ``{"error": ..., "status": ...}``
   naming the field, nothing is coerced.
 
+Reads cannot starve the agents, which share this event loop (docs/api.md "Reads cannot starve
+ingest"): the routes in :data:`HEAVY` are admitted ``web_max_heavy_requests`` at once (one more is a
+429 with ``Retry-After``) and computed one at a time, taking at most :data:`READ_SHARE` of the loop;
+``/healthz`` and ``/readyz`` never wait for them; ``/metrics`` is made at most once a second; every
+error answer, even one aiohttp gives before routing (:class:`JsonErrorHandler`), is JSON.
+
 A browser navigating to ``/jobs/{id}``, ``/jobs/{id}/timeline`` or ``/alerts/{id}`` (``Accept:
 text/html``) gets the page, which opens that job or alert: the links alerts carry work both ways.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import hmac
 import logging
+import re
 import socket
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
+from aiohttp.web_protocol import RequestHandler
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 from pydantic import ValidationError
 
 import lockstep
@@ -57,11 +68,28 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: Query parameters each route accepts; anything else is a 400 (a typo must not be ignored).
 QUERY = {
-    "/jobs": set(), "/jobs/{job_id}": set(), "/jobs/{job_id}/timeline": {"from", "to", "step", "alert"},
+    "/jobs": set(), "/jobs/{job_id}": {"offset", "limit"}, "/jobs/{job_id}/timeline": {"from", "to", "step", "alert"},
     "/jobs/{job_id}/diagnosis": {"alert"}, "/alerts": {"job", "status", "limit"}, "/alerts/{alert_id}": set(),
     "/fabric/{switch}/{port}": set(), "/annotations": {"job"}, "/silences": {"state"},
     "/silences/{silence_id}": set(),
 }
+#: Routes whose answers are computed in the thread pool, at most ``web_max_heavy_requests`` at once
+#: (their cost grows with the cluster, the window or the store); everything else is answered on the
+#: event loop at once (probes, ``/metrics`` from its cache, single records, the page, writes).
+HEAVY = frozenset({"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/timeline", "/jobs/{job_id}/diagnosis", "/alerts",
+                   "/fabric/{switch}/{port}", "/silences"})
+#: The most of the event loop's time heavy views take while requests wait for a turn. Measured with
+#: tests/faults/test_read_load.py at 20,000 samples/s produced: ingest under read load kept 290/s
+#: with no pause between views, 8,600-9,600/s at 1/2, 7,100/s at 1/4 (the 429s cost loop time too).
+READ_SHARE = 0.5
+#: Seconds ``/metrics`` serves the same exposition (the agents' lag probe asks the consumer per
+#: partition; Prometheus scrapes every 15 s or so, a dashboard may ask far more often).
+METRICS_CACHE_S = 1.0
+#: Jobs whose inventory topology (:func:`streams.views.job_topology`) is kept, per inventory version.
+TOPOLOGY_CACHE = 8
+#: A query integer: plain ASCII digits; a query time in seconds: ASCII digits with an optional fraction.
+ASCII_INT = re.compile(r"[0-9]{1,9}")
+ASCII_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
 #: Security headers on every response; the page additionally gets a strict CSP (no inline code).
 HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -107,12 +135,56 @@ EXCEPTIONS = _exception_classes()
 
 def error(status: int, message: str, **extra: Any) -> web.HTTPException:
     """An aiohttp HTTP exception (4xx/5xx) with Lockstep's JSON error body ``{"error", "status"}``."""
-    body = orjson.dumps({"error": message, "status": status, **extra}).decode()
+    body = error_body(status, message, **extra).decode()
     if status == 405:
         return web.HTTPMethodNotAllowed("", [], text=body, content_type="application/json")
     if status == 413:
         return web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, 0, text=body, content_type="application/json")
     return EXCEPTIONS.get(status, web.HTTPBadRequest)(text=body, content_type="application/json")
+
+
+def error_body(status: int, message: str, **extra: Any) -> bytes:
+    """The JSON body of every error answer: ``{"error": message, "status": status, ...}``."""
+    return orjson.dumps({"error": message, "status": status, **extra})
+
+
+class JsonErrorHandler(RequestHandler):
+    """aiohttp's connection handler, answering what it cannot parse (a URL or header over 8 KiB, a
+    malformed request line) with Lockstep's JSON error body and one log line, not a plain-text body
+    and a traceback: a bad request is the client's error, not the worker's."""
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status >= 500:
+            log.error("HTTP request failed before routing: %s", exc, exc_info=exc)
+            text = "internal error (see the worker's log)"
+        else:
+            reason = getattr(exc, "message", None) or message or "bad request"
+            text = str(reason).split(":", 1)[0][:200]  # aiohttp quotes the offending bytes after a colon
+            log.info("HTTP %d before routing from %s: %s", status, request.remote, text)
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response was already being sent; closing the connection")
+        resp = web.Response(status=status, body=error_body(status, text), content_type="application/json")
+        for k, v in HEADERS.items():
+            resp.headers[k] = v
+        resp.force_close()
+        return resp
+
+
+class JsonErrorServer(web.Server):
+    """:class:`aiohttp.web.Server` whose connections are :class:`JsonErrorHandler`."""
+
+    def __call__(self) -> RequestHandler:
+        return JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+
+
+class Runner(web.AppRunner):
+    """:class:`aiohttp.web.AppRunner` serving through :class:`JsonErrorServer`."""
+
+    async def _make_server(self) -> web.Server:
+        plain = await super()._make_server()
+        return JsonErrorServer(plain.request_handler, request_factory=plain.request_factory,
+                               handler_cancellation=plain.handler_cancellation, loop=plain._loop, **plain._kwargs)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -144,7 +216,17 @@ class WebServer:
             "lockstep_http_request_seconds", "HTTP request latency by method, route and status", ["method", "route",
                                                                                                   "status"],
             registry=registry, buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
+        self.heavy_in_flight = Gauge("lockstep_http_heavy_in_flight", "Heavy API reads being computed now "
+                                     "(at most LOCKSTEP_WEB_MAX_HEAVY_REQUESTS)", registry=registry)
+        self.heavy_refused = Counter("lockstep_http_heavy_refused_total", "Heavy API reads answered 429 (the "
+                                     "limit was reached)", ["route"], registry=registry)
         self.readmodel = ReadModel(self.settings, worker.bootstrap, self.store, self.rm_metrics, clock=clock)
+        self.pool: ThreadPoolExecutor | None = None
+        self._heavy = 0
+        self._turn: asyncio.Lock | None = None
+        self._topologies: OrderedDict[tuple[str, int], asyncio.Future[dict[str, Any]]] = OrderedDict()
+        self._exposition: tuple[float, bytes] | None = None
+        self._exposing: asyncio.Lock | None = None
         self.runner: web.AppRunner | None = None
         self.producer: Any = None
         self.host = self.settings.web_host
@@ -180,13 +262,13 @@ class WebServer:
         r.add_post("/silences", self.silence_create)
         r.add_get("/silences/{silence_id}", self.silence)
         r.add_delete("/silences/{silence_id}", self.silence_expire)
-        r.add_static("/static/", WEB_ROOT, show_index=False, follow_symlinks=False)
+        r.add_get("/static/{name}", self.static)
         return app
 
     async def start(self) -> str:
         """Start the read model, then listen; return :attr:`url`. A port in use is a ConfigError."""
         await self.readmodel.start()
-        self.runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
+        self.runner = Runner(self.make_app(), access_log=None, handle_signals=False)
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.host, self.settings.web_port, reuse_address=True)
         try:
@@ -206,6 +288,9 @@ class WebServer:
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
         await self.readmodel.stop()
         if self.producer is not None:
             await self.producer.stop()
@@ -227,6 +312,9 @@ class WebServer:
                                      f"{', '.join(sorted(allowed)) or 'none'}")
             response = await handler(request)
             status = response.status
+            if status >= 400 and response.content_type != "application/json":
+                # aiohttp's static files answer a missing file with a bare 404: every error is JSON
+                raise EXCEPTIONS.get(status, web.HTTPBadRequest)()
         except web.HTTPException as exc:
             status = exc.status
             if exc.content_type != "application/json":  # aiohttp's own (404 route, 405, 413): JSON too
@@ -269,21 +357,27 @@ class WebServer:
         return default if value is None or value == "" else value
 
     def _int(self, request: web.Request, name: str, default: int | None) -> int | None:
+        """A whole number of ASCII digits (``str.isdigit`` and ``int`` also take fullwidth
+        digits, and ``int`` takes ``1_000``)."""
         raw = self._query(request, name)
         if raw is None:
             return default
-        if not raw.isdigit() or len(raw) > 9:
-            raise error(400, f"{name} must be a positive whole number, not {raw[:40]!r}")
+        if not ASCII_INT.fullmatch(raw):
+            raise error(400, f"{name} must be a whole number in ASCII digits (at most 9), not {raw[:40]!a}")
         return int(raw)
 
     def _time(self, request: web.Request, name: str) -> Any:
+        """Unix seconds (ASCII digits, an optional fraction) or an RFC 3339 string for the view to parse;
+        anything else (``1_000``, ``1e9``, ``nan``, non-ASCII digits) is a 400."""
         raw = self._query(request, name)
         if raw is None:
             return None
-        try:
+        if ASCII_SECONDS.fullmatch(raw):
             return float(raw)
-        except ValueError:
-            return raw  # an RFC 3339 string: the view parses and validates it
+        if not raw.isascii() or (raw[:1].isdigit() and "-" not in raw):
+            raise error(400, f"{name} must be Unix seconds in ASCII digits or an RFC 3339 time, not "
+                             f"{raw[:40]!a}")
+        return raw  # an RFC 3339 string: the view parses and validates it
 
     def _require_writer(self, request: web.Request) -> None:
         token = self.settings.api_token
@@ -328,12 +422,100 @@ class WebServer:
             log.warning("write to %s failed: %s", topic, exc)
             raise error(503, f"could not write to Kafka topic {topic}: {type(exc).__name__}", retryable=True) from None
 
+    async def _heavy_json(self, request: web.Request, compute: Callable[[], Any],
+                          topology_of: str | None = None) -> web.Response:
+        """Answer ``compute()`` (a pure view, serialised here) in its turn: one heavy view at a time,
+        at most ``web_max_heavy_requests`` admitted (computing or waiting for their turn); one more
+        is answered 429 with ``Retry-After`` at once.
+
+        The views run on the event loop, between the agents' steps: measured against computing them
+        in a thread pool (tests/faults/test_read_load.py, docs/api.md), a thread holding the GIL for
+        pure-Python view code starves the loop far more (each of its returns from I/O waits for the
+        GIL: the convoy effect) than one bounded view at a time does. So the views are bounded
+        instead (a six-hour timeline is ~16 ms, a job's node list is paged), and a waiting request
+        lets the agents' ready steps run before it (the turn is handed over through the loop).
+        ``topology_of``: the job whose :meth:`_topology` ``compute`` reads (made ready first).
+        """
+        limit = self.settings.web_max_heavy_requests
+        if self._heavy >= limit:
+            route = request.match_info.route.resource
+            self.heavy_refused.labels(route.canonical if route is not None else "unmatched").inc()
+            retry = self.settings.web_retry_after_s
+            exc = error(429, f"busy: {limit} heavy reads are being answered; retry in {retry} s", retry_after_s=retry)
+            exc.headers["Retry-After"] = str(retry)
+            raise exc
+        if self._turn is None:
+            self._turn = asyncio.Lock()
+        self._heavy += 1
+        self.heavy_in_flight.set(self._heavy)
+        try:
+            if topology_of is not None:
+                await self._topology(topology_of)
+            async with self._turn:
+                await asyncio.sleep(0)  # what became ready meanwhile (the agents' steps) goes first
+                started = time.perf_counter()
+                try:
+                    out = compute()
+                    if out is None:
+                        raise error(404, "not found")
+                    body = orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY)
+                except views.QueryError as exc:
+                    raise error(400, str(exc)) from None
+                finally:
+                    # The turn is held on before the next heavy view: heavy reads get at most
+                    # READ_SHARE of the loop's time, and the loop turns quickly in between (each of
+                    # the agents' steps needs a turn of the loop, not merely a share of its time).
+                    await asyncio.sleep((time.perf_counter() - started) * (1 / READ_SHARE - 1))
+        finally:
+            self._heavy -= 1
+            self.heavy_in_flight.set(self._heavy)
+        return web.Response(body=body, content_type="application/json")
+
+    async def _topology(self, job_id: str) -> dict[str, Any] | None:
+        """:func:`views.job_topology` of the job, kept per inventory version: computed in a thread
+        (a job of 100,000 nodes takes most of a second, once; requests for it meanwhile wait for the
+        same computation), the rest of the answer on the loop."""
+        inventory = self.worker.inventory
+        info = inventory.job(job_id)
+        if info is None:
+            return None
+        key = (job_id, inventory.version)
+        found = self._topologies.get(key)
+        if found is None:
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockstep-web")
+            found = asyncio.get_running_loop().run_in_executor(self.pool, _topology_of, inventory, info)
+            self._topologies[key] = found
+            while len(self._topologies) > TOPOLOGY_CACHE:
+                self._topologies.popitem(last=False)
+        try:
+            return await asyncio.shield(found)
+        except Exception:
+            self._topologies.pop(key, None)  # not kept: the next request computes it again
+            raise
+
+    def _cached_topology(self, job_id: str) -> dict[str, Any] | None:
+        """The topology :meth:`_topology` made ready for this request (None if not in the inventory)."""
+        inventory = self.worker.inventory
+        found = self._topologies.get((job_id, inventory.version))
+        if found is None or not found.done() or found.cancelled() or found.exception() is not None:
+            return None  # the inventory moved on meanwhile: the view computes it itself
+        return found.result()
+
     def _known_job(self, job_id: str) -> bool:
         return self.worker.inventory.job(job_id) is not None or job_id in self.store.job_ids()
 
     # -- handlers: page, probes, metrics --------------------------------------------------------
     async def page(self, request: web.Request) -> web.Response:
         return self._page_response()
+
+    async def static(self, request: web.Request) -> web.FileResponse:
+        """The page's files, by name from :data:`WEB_ROOT` (no directories, no index, no symlinks)."""
+        name = request.match_info["name"]
+        path = WEB_ROOT / name
+        if name.startswith(".") or "/" in name or "\\" in name or not path.is_file() or path.is_symlink():
+            raise error(404, f"no file {name[:100]!r} in the page's static files")
+        return web.FileResponse(path)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return _json({"status": "ok"})
@@ -379,9 +561,20 @@ class WebServer:
                     self.rm_metrics.lag.labels("agents", tp.topic, str(tp.partition)).set(max(0, high - pos))
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        await self._agents_lag()
-        body = generate_latest(self.worker.metrics.registry)
-        resp = web.Response(body=body)
+        """The exposition, made at most once per :data:`METRICS_CACHE_S` (while one is being made,
+        the previous one is served)."""
+        if self._exposing is None:
+            self._exposing = asyncio.Lock()
+        cached = self._exposition
+        fresh = cached is not None and time.monotonic() - cached[0] < METRICS_CACHE_S
+        if not fresh and not (self._exposing.locked() and cached is not None):
+            async with self._exposing:
+                cached = self._exposition
+                if cached is None or time.monotonic() - cached[0] >= METRICS_CACHE_S:
+                    await self._agents_lag()
+                    cached = self._exposition = (time.monotonic(), generate_latest(self.worker.metrics.registry))
+        assert cached is not None
+        resp = web.Response(body=cached[1])
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 
@@ -391,49 +584,72 @@ class WebServer:
         return _json(openapi_document(self.settings.public_url))
 
     # -- handlers: reads ------------------------------------------------------------------------
+    def _no_job(self, job_id: str) -> web.HTTPException:
+        return error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
+
     async def jobs(self, request: web.Request) -> web.Response:
-        return _json({"jobs": views.job_list(self.store, self.worker.inventory), "as_of": self.store.event_time})
+        inventory = self.worker.inventory
+
+        def compute() -> Any:
+            return {"jobs": views.job_list(self.store, inventory), "as_of": self.store.event_time}
+
+        return await self._heavy_json(request, compute)
 
     async def job(self, request: web.Request) -> web.Response:
         if wants_html(request):
             return self._page_response()
         job_id = request.match_info["job_id"]
-        detail = views.job_detail(self.store, self.worker.inventory, job_id)
-        if detail is None:
-            raise error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
-        return _json(detail)
+        offset = self._int(request, "offset", 0) or 0
+        limit = self._int(request, "limit", views.DEFAULT_PAGE) or 0
+        inventory = self.worker.inventory
+
+        def compute() -> Any:
+            return views.job_detail(self.store, inventory, job_id, offset=offset, limit=limit,
+                                    topology=self._cached_topology(job_id))
+
+        return await self._found(request, job_id, compute, topology_of=job_id)
+
+    async def _found(self, request: web.Request, job_id: str, compute: Callable[[], Any],
+                     topology_of: str | None = None) -> web.Response:
+        try:
+            return await self._heavy_json(request, compute, topology_of)
+        except web.HTTPNotFound:
+            raise self._no_job(job_id) from None
 
     async def timeline(self, request: web.Request) -> web.Response:
         if wants_html(request):
             return self._page_response()
         job_id = request.match_info["job_id"]
-        try:
-            out = views.timeline(self.store, self.worker.inventory, job_id, self._time(request, "from"),
-                                 self._time(request, "to"), step=self._int(request, "step", None),
-                                 alert_id=self._query(request, "alert"), fallback_end=float(int(self.clock())))
-        except views.QueryError as exc:
-            raise error(400, str(exc)) from None
-        if out is None:
-            raise error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
-        return _json(out)
+        start, end = self._time(request, "from"), self._time(request, "to")
+        step, alert = self._int(request, "step", None), self._query(request, "alert")
+        fallback_end = float(int(self.clock()))
+        inventory = self.worker.inventory
+
+        def compute() -> Any:
+            return views.timeline(self.store, inventory, job_id, start, end, step=step,
+                                  alert_id=alert, fallback_end=fallback_end)
+
+        return await self._found(request, job_id, compute)
 
     async def diagnosis(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
-        try:
-            out = views.diagnosis(self.store, self.worker.inventory, job_id, self._query(request, "alert"))
-        except views.QueryError as exc:
-            raise error(400, str(exc)) from None
-        if out is None:
-            raise error(404, f"no job {job_id[:100]!r} in the inventory or the read model")
-        return _json(out)
+        alert = self._query(request, "alert")
+        inventory = self.worker.inventory
+
+        def compute() -> Any:
+            return views.diagnosis(self.store, inventory, job_id, alert, topology=self._cached_topology(job_id))
+
+        return await self._found(request, job_id, compute, topology_of=job_id)
 
     async def alerts(self, request: web.Request) -> web.Response:
-        try:
-            rows = views.alert_list(self.store, self.clock(), job_id=self._query(request, "job"),
-                                    status=self._query(request, "status"), limit=self._int(request, "limit", 100) or 0)
-        except views.QueryError as exc:
-            raise error(400, str(exc)) from None
-        return _json({"alerts": rows})
+        job, status = self._query(request, "job"), self._query(request, "status")
+        limit = self._int(request, "limit", 100) or 0
+        now = self.clock()
+
+        def compute() -> Any:
+            return {"alerts": views.alert_list(self.store, now, job_id=job, status=status, limit=limit)}
+
+        return await self._heavy_json(request, compute)
 
     async def alert(self, request: web.Request) -> web.Response:
         if wants_html(request):
@@ -446,10 +662,11 @@ class WebServer:
 
     async def fabric(self, request: web.Request) -> web.Response:
         switch, port = request.match_info["switch"], request.match_info["port"]
-        out = views.fabric_port(self.store, self.worker.inventory, switch, port)
-        if out is None:
-            raise error(404, f"no NIC is cabled to {switch[:100]} port {port[:20]} in the inventory")
-        return _json(out)
+        inventory = self.worker.inventory
+        try:
+            return await self._heavy_json(request, lambda: views.fabric_port(self.store, inventory, switch, port))
+        except web.HTTPNotFound:
+            raise error(404, f"no NIC is cabled to {switch[:100]} port {port[:20]} in the inventory") from None
 
     async def annotations(self, request: web.Request) -> web.Response:
         job = self._query(request, "job")
@@ -458,11 +675,11 @@ class WebServer:
         return _json({"annotations": rows})
 
     async def silences(self, request: web.Request) -> web.Response:
-        try:
-            rows = views.silence_list(self.store, self.clock(), state=self._query(request, "state"))
-        except views.QueryError as exc:
-            raise error(400, str(exc)) from None
-        return _json({"silences": rows})
+        state, now = self._query(request, "state"), self.clock()
+        def compute() -> Any:
+            return {"silences": views.silence_list(self.store, now, state=state)}
+
+        return await self._heavy_json(request, compute)
 
     async def silence(self, request: web.Request) -> web.Response:
         sid = request.match_info["silence_id"]
@@ -516,3 +733,15 @@ class WebServer:
             await self._produce(self.catalogue.silences, sid, rec)
             self.store.apply("silences", rec, sid)
         return _json(views.silence_view(rec, now))
+
+
+def _topology_of(inventory: InventoryIndex, info: Any) -> dict[str, Any]:
+    """:func:`views.job_topology` in the pool. The inventory changes on the loop meanwhile (rarely):
+    a dict that changed size under the computation (``RuntimeError``) means computing it again."""
+    for attempt in range(3):
+        try:
+            return views.job_topology(inventory, info)
+        except RuntimeError as exc:
+            if "during iteration" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("not reached")

@@ -181,6 +181,12 @@ class LockstepSettings(BaseSettings):
     # --- Operator surface --------------------------------------------------------------------
     api_token: SecretStr | None = Field(default=None, description="Bearer token for write endpoints")
     public_url: str | None = Field(default=None, description="Base URL used in alert links")
+    web_max_heavy_requests: int = Field(
+        default=8, ge=1, le=64,
+        description="Heavy API reads (job list and detail, timeline, diagnosis, fabric, alert and silence "
+                    "lists) admitted at once: computed one at a time between the agents' steps, the others "
+                    "waiting their turn; one more is answered 429 with Retry-After")
+    web_retry_after_s: int = Field(default=1, ge=1, le=600, description="Retry-After of a 429 (seconds)")
 
     # --- Delivery (issue 6; docs/delivery.md) ------------------------------------------------
     delivery_routes_file: Path | None = Field(

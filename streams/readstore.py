@@ -117,6 +117,14 @@ class LaneRing:
         data = np.where(present[:, None, None], self.data[slots], np.float32(np.nan))
         return data, present
 
+    def column(self, start: int, end: int, lane: int, field: int) -> np.ndarray:
+        """One lane's ``field`` for seconds ``[start, end)`` (float64, NaN where not held): what
+        :meth:`window` gives for it, without copying the other lanes."""
+        secs = np.arange(start, end, dtype=np.int64)
+        slots = secs % self.capacity
+        present = (self.secs[slots] == secs) & (secs > self.latest - self.capacity)
+        return np.where(present, self.data[slots, lane, field].astype(np.float64), np.nan)
+
 
 @dataclass(slots=True)
 class AlertEntry:
@@ -330,5 +338,20 @@ class ReadStore:
     def alerts_of(self, job_id: str) -> list[AlertEntry]:
         """The job's alerts, oldest first (by onset)."""
         out = [e for e in self.alerts.values() if e.latest.get("job_id") == job_id]
-        out.sort(key=lambda e: (str(e.latest.get("started_at") or ""), e.alert_id))
+        out.sort(key=_onset)
         return out
+
+    def alerts_by_job(self) -> dict[str, list[AlertEntry]]:
+        """Every job's alerts, oldest first (by onset): :meth:`alerts_of` of all jobs in one pass."""
+        out: dict[str, list[AlertEntry]] = {}
+        for e in self.alerts.values():
+            job = e.latest.get("job_id")
+            if job:
+                out.setdefault(str(job), []).append(e)
+        for entries in out.values():
+            entries.sort(key=_onset)
+        return out
+
+
+def _onset(entry: AlertEntry) -> tuple[str, str]:
+    return str(entry.latest.get("started_at") or ""), entry.alert_id

@@ -19,18 +19,30 @@ const state = {
 // -- small helpers ---------------------------------------------------------------------------------
 const $ = (sel) => document.querySelector(sel);
 
+// Control characters (C0, DEL, C1) and the bidi embeddings, overrides and isolates (U+202A-U+202E,
+// U+2066-U+2069) are shown as \uXXXX, not drawn: a job name or label from the cluster must not move,
+// hide or recolour the text around it. Every text the page writes goes through visible().
+const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+
+// Attributes a person reads (data-* and the like keep the raw value: the page matches on them).
+const SHOWN_ATTRS = new Set(["title", "alt", "aria-label", "placeholder"]);
+
+function visible(s) {
+  return String(s).replace(UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === null || v === undefined || v === false) continue;
     if (k === "class") node.className = v;
-    else if (k === "text") node.textContent = v;
+    else if (k === "text") node.textContent = visible(v);
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v === true ? "" : String(v));
+    else node.setAttribute(k, v === true ? "" : SHOWN_ATTRS.has(k) ? visible(v) : String(v));
   }
   for (const c of children.flat()) {
     if (c === null || c === undefined || c === false) continue;
-    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    node.append(c instanceof Node ? c : document.createTextNode(visible(c)));
   }
   return node;
 }
@@ -41,7 +53,7 @@ function svg(tag, attrs, text) {
     if (v === null || v === undefined) continue;
     node.setAttribute(k, String(v));
   }
-  if (text !== undefined) node.textContent = text;
+  if (text !== undefined) node.textContent = visible(text);
   return node;
 }
 
@@ -85,8 +97,15 @@ async function api(path, opts = {}) {
   const headers = { Accept: "application/json", ...(opts.headers || {}) };
   if (opts.body !== undefined) headers["Content-Type"] = "application/json";
   if (opts.write && state.token) headers.Authorization = `Bearer ${state.token}`;
-  const resp = await fetch(path, { method: opts.method || "GET", headers,
-    body: opts.body === undefined ? undefined : JSON.stringify(opts.body) });
+  let resp;
+  for (let attempt = 0; ; attempt++) {
+    resp = await fetch(path, { method: opts.method || "GET", headers,
+      body: opts.body === undefined ? undefined : JSON.stringify(opts.body) });
+    // The worker answers 429 when too many heavy reads are in flight: wait as told, then ask again.
+    if (resp.status !== 429 || opts.method || attempt >= 3) break;
+    const wait = Math.min(10, Number(resp.headers.get("Retry-After")) || 1);
+    await new Promise((done) => setTimeout(done, wait * 1000));
+  }
   let data = null;
   try { data = await resp.json(); } catch (e) { data = null; }
   if (!resp.ok) {
@@ -146,9 +165,9 @@ async function refreshAll() {
     const [jobs, ready] = await Promise.all([api("/jobs"), fetch("/readyz", { headers: { Accept: "application/json" } })
       .then((r) => r.json()).catch(() => null)]);
     state.jobs = jobs.jobs;
-    $("#asof").textContent = jobs.as_of ? `event time ${new Date(jobs.as_of * 1000).toISOString().slice(0, 19).replace("T", " ")} UTC` : "event time –";
+    $("#asof").textContent = visible(jobs.as_of ? `event time ${new Date(jobs.as_of * 1000).toISOString().slice(0, 19).replace("T", " ")} UTC` : "event time –");
     const rd = $("#ready");
-    rd.textContent = ready && ready.ready ? "ready" : "catching up";
+    rd.textContent = visible(ready && ready.ready ? "ready" : "catching up");
     rd.className = `ready ${ready && ready.ready ? "ok" : "no"}`;
     if (!state.job && state.jobs.length) {
       state.job = state.jobs[0].job_id;
@@ -157,7 +176,7 @@ async function refreshAll() {
     renderJobs();
     await refreshJob();
   } catch (e) {
-    $("#ready").textContent = "offline";
+    $("#ready").textContent = visible("offline");
     $("#ready").className = "ready no";
   } finally {
     state.busy = false;
@@ -212,7 +231,7 @@ async function refreshJob() {
     renderAnnotations();
     document.body.dataset.loaded = "true";
   } catch (e) {
-    $("#job-alert").textContent = `Could not load ${state.job}: ${e.message}`;
+    $("#job-alert").textContent = visible(`Could not load ${state.job}: ${e.message}`);
   }
 }
 
@@ -220,7 +239,7 @@ async function refreshJob() {
 function renderJobs() {
   const ul = $("#jobs");
   ul.replaceChildren();
-  $("#jobs-count").textContent = state.jobs.length ? `${state.jobs.length}` : "";
+  $("#jobs-count").textContent = visible(state.jobs.length ? `${state.jobs.length}` : "");
   for (const j of state.jobs) {
     const ratio = j.step_time && j.step_time.ratio;
     const why = j.alert && j.status === "degraded" && j.alert.first_mover
@@ -239,9 +258,9 @@ function renderJobs() {
 function renderHead() {
   const d = state.detail;
   if (!d) return;
-  $("#job-title").textContent = d.name && d.name !== d.job_id ? `${d.job_id}  ·  ${d.name}` : d.job_id;
+  $("#job-title").textContent = visible(d.name && d.name !== d.job_id ? `${d.job_id}  ·  ${d.name}` : d.job_id);
   const st = $("#job-status");
-  st.textContent = d.status.replace("_", " ");
+  st.textContent = visible(d.status.replace("_", " "));
   st.className = `pill ${d.status}`;
   const facts = $("#job-facts");
   facts.replaceChildren(
@@ -280,7 +299,7 @@ function renderTimeline() {
   root.replaceChildren();
   root.dataset.from = tl.from;
   root.dataset.to = tl.to;
-  $("#tl-range").textContent = `${hms(tl.from)} – ${hms(tl.to)} UTC · ${tl.step} s/point`;
+  $("#tl-range").textContent = visible(`${hms(tl.from)} – ${hms(tl.to)} UTC · ${tl.step} s/point`);
   for (const b of document.querySelectorAll("[data-window]")) {
     const w = b.dataset.window;
     b.classList.toggle("on", !state.zoom && String(state.windowMode) === w);
@@ -565,7 +584,7 @@ function hover(px) {
   document.querySelectorAll("#timeline .lane").forEach((node, i) => {
     const lane = tl.lanes[i];
     const v = node.querySelector("[data-role=lane-value]");
-    if (v) v.textContent = fmt(lane.p50[k], lane.unit);
+    if (v) v.textContent = visible(fmt(lane.p50[k], lane.unit));
   });
 }
 
@@ -575,7 +594,7 @@ function renderAnswers() {
   const ol = $("#answers");
   ol.replaceChildren();
   if (!d) return;
-  $("#answers-asof").textContent = d.as_of ? `as of ${hms(d.as_of)} UTC` : "";
+  $("#answers-asof").textContent = visible(d.as_of ? `as of ${hms(d.as_of)} UTC` : "");
   for (const a of d.answers) {
     const hot = d.alert_id && (a.key === "change" || a.key === "domain");
     const ev = evidence(a);
@@ -703,7 +722,7 @@ function renderAnnotations() {
 
 function writeMessage(text, ok) {
   const m = $("#write-msg");
-  m.textContent = text;
+  m.textContent = visible(text);
   m.className = `msg ${ok ? "ok" : "err"}`;
 }
 
@@ -737,7 +756,7 @@ function bindForms() {
       if (!k || !rest.length) { writeMessage(`matcher "${part}" is not name=value`, false); return; }
       matchers[k] = rest.join("=");
     }
-    const out = await write("/silences", "POST", { matchers, duration_s: Number(f.duration.value),
+    const out = await write("/silences", "POST", { matchers, kind: f.kind.value, duration_s: Number(f.duration.value),
       comment: f.comment.value, created_by: f.created_by.value });
     if (out) f.comment.value = "";
   });
@@ -770,7 +789,7 @@ function bindForms() {
 }
 
 function updateTokenButton() {
-  $("#token-btn").textContent = state.token ? "token: set" : "token: none";
+  $("#token-btn").textContent = visible(state.token ? "token: set" : "token: none");
 }
 
 async function main() {

@@ -111,7 +111,7 @@ def test_timeline_windows_and_their_errors(seed_worker: LiveWorker) -> None:
         ("from=2025-11-30T11:43:00Z&to=2025-11-30T11:42:00Z", "from must be before to"),
         ("from=yesterday", "not RFC 3339"), ("from=2025-11-30T11:42:00", "no UTC offset"),
         (f"from={FAULT:.0f}&to={FAULT + 86400:.0f}", "at most"), ("step=0", "step must be"),
-        ("step=ten", "positive whole number"), ("alert=nope", "not an alert of job"), ("bogus=1", "unknown query"),
+        ("step=ten", "in ASCII digits"), ("alert=nope", "not an alert of job"), ("bogus=1", "unknown query"),
     ]:
         r = get(url, f"/jobs/{JOB}/timeline?{query}")
         assert r.status == 400 and message in r.json["error"], (query, r.json)
