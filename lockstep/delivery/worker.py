@@ -30,13 +30,14 @@ import orjson
 from pydantic import ValidationError
 
 from lockstep.delivery.base import DeliveryContext, Receiver
+from lockstep.delivery.config import RoutingConfig
 from lockstep.delivery.errors import ReceiverRejected, ReceiverUnavailable
 from lockstep.delivery.ledger import Ledger
 from lockstep.delivery.redaction import Redactor
 from lockstep.delivery.retry import backoff_delay, park_record, unpark
 from models.alerts import Alert
 from models.errors import DeliveryError
-from streams.routing import Dispatcher, MuteRule, Notification, RoutingConfig, lifecycle, stamped_silences
+from streams.dispatch import Dispatcher, MuteRule, Notification, lifecycle, stamped_silences
 
 log = logging.getLogger("lockstep.delivery")
 
@@ -94,7 +95,7 @@ class ReceiverWorker:
         self.max_pending = max_pending
         self.offset_reset = offset_reset
         self.rng = random.Random(seed)
-        self.dispatcher = Dispatcher(routing, self.name, send_resolved=receiver.config.integration.send_resolved,
+        self.dispatcher = Dispatcher(routing.root, self.name, send_resolved=receiver.config.integration.send_resolved,
                                      muted=muted)
         self.tracker = OffsetTracker()
         self.backlog = False        # something is parked: new notifications queue behind it
@@ -171,7 +172,7 @@ class ReceiverWorker:
         if receiver is not None:
             old, self.receiver = self.receiver, receiver
             await old.close()
-        self.dispatcher.reload(routing, send_resolved=self.receiver.config.integration.send_resolved)
+        self.dispatcher.reload(routing.root, send_resolved=self.receiver.config.integration.send_resolved)
 
     # -- the alerts topic ------------------------------------------------------------------------
     async def _main_loop(self) -> None:
