@@ -58,45 +58,6 @@ class DeliveryContext:
         return f"{self.public_url.rstrip('/')}/jobs/{job}/timeline?alert={quote(str(alert['alert_id']), safe='')}"
 
 
-def truncate(text: str, limit: int, marker: str = "…") -> str:
-    """``text`` cut to at most ``limit`` characters, ending in ``marker`` when cut.
-
-    >>> truncate("abcdef", 4)
-    'abc…'
-    """
-    return text if len(text) <= limit else text[: max(0, limit - len(marker))] + marker
-
-
-def timeline_table(timeline: list[dict[str, Any]], rows: int = 12) -> str:
-    """The timeline as a compact fixed-width table (UTC time, layer, where, metric, value vs p50).
-
-    >>> print(timeline_table([{"ts": "2025-11-30T11:42:10.000Z", "layer": "switch", "source": "leaf03",
-    ...   "labels": {"port": "17"}, "metric": "SymbolErrorCounter", "value": 120.0, "p50": 0.0, "entities": 1}]))
-    time     layer   where               metric                      value      p50
-    11:42:10 switch  leaf03 port=17      SymbolErrorCounter            120        0
-    """
-    lines = [f"{'time':8} {'layer':7} {'where':19} {'metric':27} {'value':>5} {'p50':>8}"]
-    for e in timeline[:rows]:
-        labels = " ".join(f"{k}={v}" for k, v in sorted((e.get("labels") or {}).items()))
-        where = f"{e.get('source', '')} {labels}".strip()
-        if e.get("entities", 1) > 1:
-            where += f" +{e['entities'] - 1}"
-        p50 = e.get("p50")
-        lines.append(f"{str(e.get('ts', ''))[11:19]:8} {truncate(str(e.get('layer', '')), 7):7} "
-                     f"{truncate(where, 19):19} {truncate(str(e.get('metric', '')), 27):27} "
-                     f"{_num(e.get('value')):>5} {_num(p50):>8}")
-    if len(timeline) > rows:
-        lines.append(f"… {len(timeline) - rows} more")
-    return "\n".join(lines)
-
-
-def _num(value: Any) -> str:
-    if value is None:
-        return "-"
-    v = float(value)
-    return f"{v:.0f}" if abs(v) >= 100 or v == int(v) else f"{v:.3g}"
-
-
 def retry_after_seconds(value: str | None, now: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date), None if absent/bad.
 
@@ -235,7 +196,10 @@ class HttpReceiver(Receiver):
 
 
 class ProducerReceiver(Receiver):
-    """A receiver that writes each changed alert to a Kafka topic with the service's producer."""
+    """A receiver that writes each changed alert to a Kafka topic with the service's producer (keyed by job).
+
+    A kind says what to write with :meth:`record`.
+    """
 
     per_alert = True
     needs_kafka = True
@@ -250,6 +214,15 @@ class ProducerReceiver(Receiver):
         if deps.producer is None or deps.topics is None:
             raise ConfigError(f"receiver {config.name}: a {config.kind} receiver needs Kafka")
         return cls(config, deps.redactor, deps.producer, deps.topics)
+
+    def record(self, alert: dict[str, Any], notification: Notification, ctx: DeliveryContext) -> tuple[str, bytes]:
+        """``(topic without topic_prefix, value)`` to write for one changed alert."""
+        raise NotImplementedError
+
+    async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
+        for alert in notification.changed:
+            topic, value = self.record(alert, notification, ctx)
+            await self._produce(self.topics.name(topic), alert.get("job_id"), value)
 
     async def _produce(self, topic: str, key: str | None, value: bytes) -> None:
         from aiokafka.errors import KafkaError

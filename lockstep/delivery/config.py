@@ -26,7 +26,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -38,6 +38,8 @@ from models.errors import ConfigError
 from models.settings import LockstepSettings
 from streams.matchers import alert_labels
 from streams.routes import Duration, Route, RouteConfig, compile_routes
+
+C = TypeVar("C", bound=IntegrationConfig)
 
 #: The receiver kinds, in the order the routing file's messages list them.
 RECEIVER_KINDS: tuple[str, ...] = tuple(RECEIVERS)
@@ -76,6 +78,13 @@ class ReceiverConfig(BaseModel):
     def integration(self) -> IntegrationConfig:
         value = getattr(self, self.kind)
         assert isinstance(value, IntegrationConfig)
+        return value
+
+    def integration_as(self, model: type[C]) -> C:
+        """The integration, checked to be a ``model`` (what a sender of that kind reads its options as)."""
+        value = self.integration
+        if not isinstance(value, model):
+            raise TypeError(f"receiver {self.name} is a {self.kind} receiver, not {model.__name__}")
         return value
 
     def secret_refs(self) -> list[tuple[str, str]]:

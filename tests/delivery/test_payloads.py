@@ -15,6 +15,7 @@ import lockstep.delivery.receivers.pagerduty as pd_mod
 import lockstep.delivery.receivers.slack as slack_mod
 import lockstep.delivery.receivers.syslog as syslog_mod
 import lockstep.delivery.retry as retry_mod
+import lockstep.delivery.text as text_mod
 import streams.dispatch as dispatch_mod
 import streams.matchers as matchers_mod
 import streams.routes as routes_mod
@@ -37,7 +38,7 @@ def group(*alerts: dict[str, Any]) -> Notification:
 
 
 @pytest.mark.parametrize("module", [matchers_mod, routes_mod, dispatch_mod, base_mod, slack_mod, pd_mod, am_mod,
-                                    syslog_mod, retry_mod])
+                                    syslog_mod, retry_mod, text_mod])
 def test_docstring_examples_run(module) -> None:
     result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0

@@ -15,16 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from lockstep.delivery.base import (
-    DeliveryContext,
-    HttpReceiver,
-    IntegrationConfig,
-    Receiver,
-    SenderDeps,
-    timeline_table,
-    truncate,
-)
+from lockstep.delivery.base import DeliveryContext, HttpReceiver, IntegrationConfig, SenderDeps
 from lockstep.delivery.redaction import Redactor, SecretRef, UrlOrSecret
+from lockstep.delivery.text import timeline_table, truncate
 from streams.dispatch import Notification
 from streams.matchers import alert_labels
 from streams.routes import Duration, Route
@@ -35,11 +28,17 @@ if TYPE_CHECKING:
 BAD_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 
 
-class AlertmanagerConfig(IntegrationConfig):
+class BearerTarget(IntegrationConfig):
+    """A URL to POST to (literal or secret) and an optional bearer token: Alertmanager's and a webhook's."""
+
+    url: UrlOrSecret
+    bearer_token: SecretRef | None = None
+
+
+class AlertmanagerConfig(BearerTarget):
     """``alertmanager:`` its base URL (literal or secret), an optional bearer token, the firing TTL."""
 
     url: UrlOrSecret = Field(description="base URL; alerts are POSTed to <url>/api/v2/alerts")
-    bearer_token: SecretRef | None = None
     firing_ttl: Duration = Field(default=3600.0, description="endsAt of a firing alert = now + firing_ttl")
 
     def route_problem(self, route: Route) -> tuple[str, str] | None:
@@ -95,29 +94,31 @@ def am_postable_alert(alert: dict[str, Any], ctx: DeliveryContext, firing_ttl: f
     return out
 
 
-def bearer_auth(token: str | None) -> dict[str, str]:
-    """The ``Authorization`` header for a bearer ``token`` (none without one)."""
-    return {"Authorization": f"Bearer {token}"} if token else {}
+class BearerReceiver(HttpReceiver):
+    """POSTs JSON to a :class:`BearerTarget`'s URL with its token (``Authorization: Bearer``)."""
+
+    def __init__(self, config: ReceiverConfig, redactor: Redactor, url: str, token: str | None) -> None:
+        super().__init__(config, redactor)
+        self._url = url
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
+
+    @classmethod
+    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> BearerReceiver:
+        cfg = config.integration_as(BearerTarget)
+        return cls(config, deps.redactor, deps.secret(cfg.url), deps.secrets.value(cfg.bearer_token))
+
+    async def post(self, body: Any, accept: frozenset[int], now: float) -> None:
+        await self.post_json(self._url, body, accept=accept, now=now, headers=self._auth)
 
 
-class AlertmanagerReceiver(HttpReceiver):
+class AlertmanagerReceiver(BearerReceiver):
     kind = "alertmanager"
     config_model = AlertmanagerConfig
 
     def __init__(self, config: ReceiverConfig, redactor: Redactor, url: str, token: str | None) -> None:
-        super().__init__(config, redactor)
-        cfg = config.integration
-        assert isinstance(cfg, AlertmanagerConfig)
-        self._url = url.rstrip("/") + "/api/v2/alerts"
-        self._token = token
+        super().__init__(config, redactor, url.rstrip("/") + "/api/v2/alerts", token)
+        cfg = config.integration_as(AlertmanagerConfig)
         self._ttl = cfg.firing_ttl
 
-    @classmethod
-    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> Receiver:
-        cfg = config.integration
-        assert isinstance(cfg, AlertmanagerConfig)
-        return cls(config, deps.redactor, deps.secret(cfg.url), deps.secrets.value(cfg.bearer_token))
-
     async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
-        body = [am_postable_alert(a, ctx, self._ttl) for a in notification.alerts]
-        await self.post_json(self._url, body, accept=frozenset({200}), now=ctx.now, headers=bearer_auth(self._token))
+        await self.post([am_postable_alert(a, ctx, self._ttl) for a in notification.alerts], frozenset({200}), ctx.now)

@@ -54,8 +54,5 @@ class KafkaTopicReceiver(ProducerReceiver):
     kind = "kafka"
     config_model = KafkaConfig
 
-    async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
-        cfg = self.config.integration
-        assert isinstance(cfg, KafkaConfig)
-        for alert in notification.changed:
-            await self._produce(self.topics.name(cfg.topic_for(alert)), alert.get("job_id"), orjson.dumps(alert))
+    def record(self, alert: dict[str, Any], notification: Notification, ctx: DeliveryContext) -> tuple[str, bytes]:
+        return self.config.integration_as(KafkaConfig).topic_for(alert), orjson.dumps(alert)

@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 from pydantic import Field
 
-from lockstep.delivery.base import DeliveryContext, IntegrationConfig, ProducerReceiver, truncate
+from lockstep.delivery.base import DeliveryContext, IntegrationConfig, ProducerReceiver
+from lockstep.delivery.text import truncate
 from models.timeutil import parse_ts
 from streams.dispatch import Notification
 
@@ -113,9 +114,5 @@ class OcsfTopicReceiver(ProducerReceiver):
     kind = "ocsf"
     config_model = OcsfConfig
 
-    async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
-        cfg = self.config.integration
-        assert isinstance(cfg, OcsfConfig)
-        for alert in notification.changed:
-            await self._produce(self.topics.name(cfg.topic), alert.get("job_id"),
-                                orjson.dumps(ocsf_finding(alert, ctx, notification.repeat)))
+    def record(self, alert: dict[str, Any], notification: Notification, ctx: DeliveryContext) -> tuple[str, bytes]:
+        return self.config.integration_as(OcsfConfig).topic, orjson.dumps(ocsf_finding(alert, ctx, notification.repeat))

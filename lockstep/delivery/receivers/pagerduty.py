@@ -20,16 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from lockstep.delivery.base import (
-    DeliveryContext,
-    HttpReceiver,
-    IntegrationConfig,
-    Receiver,
-    SenderDeps,
-    timeline_table,
-    truncate,
-)
+from lockstep.delivery.base import DeliveryContext, HttpReceiver, IntegrationConfig, SenderDeps
 from lockstep.delivery.redaction import Redactor, SecretOnly
+from lockstep.delivery.text import timeline_table, truncate
 from streams.dispatch import Notification
 
 if TYPE_CHECKING:
@@ -106,16 +99,13 @@ class PagerDutyReceiver(HttpReceiver):
 
     def __init__(self, config: ReceiverConfig, redactor: Redactor, routing_key: str) -> None:
         super().__init__(config, redactor)
-        cfg = config.integration
-        assert isinstance(cfg, PagerDutyConfig)
+        cfg = config.integration_as(PagerDutyConfig)
         self._key = routing_key
         self._pd = cfg
 
     @classmethod
-    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> Receiver:
-        cfg = config.integration
-        assert isinstance(cfg, PagerDutyConfig)
-        return cls(config, deps.redactor, deps.secret(cfg.routing_key))
+    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> PagerDutyReceiver:
+        return cls(config, deps.redactor, deps.secret(config.integration_as(PagerDutyConfig).routing_key))
 
     async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
         for alert in notification.changed:

@@ -22,17 +22,10 @@ from typing import TYPE_CHECKING, Any
 import hostlist
 from pydantic import Field
 
-from lockstep.delivery.base import (
-    DeliveryContext,
-    HttpReceiver,
-    IntegrationConfig,
-    Receiver,
-    SenderDeps,
-    timeline_table,
-    truncate,
-)
+from lockstep.delivery.base import DeliveryContext, HttpReceiver, IntegrationConfig, SenderDeps
 from lockstep.delivery.errors import ReceiverUnavailable
 from lockstep.delivery.redaction import Redactor, SecretOnly
+from lockstep.delivery.text import timeline_table, truncate
 from streams.dispatch import Notification
 
 if TYPE_CHECKING:
@@ -174,18 +167,15 @@ class SlackReceiver(HttpReceiver):
 
     def __init__(self, config: ReceiverConfig, redactor: Redactor, webhook_url: str) -> None:
         super().__init__(config, redactor)
-        cfg = config.integration
-        assert isinstance(cfg, SlackConfig)
+        cfg = config.integration_as(SlackConfig)
         self._url = webhook_url
         # One pace per webhook, shared by receivers (and their reloaded successors) that post to it.
         self.limiter = _LIMITERS.setdefault(webhook_url, RateLimiter(cfg.rate_per_s))
         self.limiter.interval = 1.0 / cfg.rate_per_s
 
     @classmethod
-    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> Receiver:
-        cfg = config.integration
-        assert isinstance(cfg, SlackConfig)
-        return cls(config, deps.redactor, deps.secret(cfg.webhook_url))
+    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> SlackReceiver:
+        return cls(config, deps.redactor, deps.secret(config.integration_as(SlackConfig).webhook_url))
 
     async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
         wait = self.limiter.reserve(time.monotonic())

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import Field
 
-from lockstep.delivery.base import DeliveryContext, IntegrationConfig, Receiver, SenderDeps, truncate
+from lockstep.delivery.base import DeliveryContext, IntegrationConfig, Receiver, SenderDeps
 from lockstep.delivery.errors import ReceiverRejected, ReceiverUnavailable
 from lockstep.delivery.receivers.ocsf import epoch_ms, ocsf_finding
 from lockstep.delivery.redaction import Redactor
+from lockstep.delivery.text import truncate
 from models.timeutil import format_ts, parse_ts
 from streams.dispatch import Notification
 
@@ -111,13 +112,12 @@ class SyslogReceiver(Receiver):
 
     def __init__(self, config: ReceiverConfig, redactor: Redactor) -> None:
         super().__init__(config, redactor)
-        cfg = config.integration
-        assert isinstance(cfg, SyslogConfig)
+        cfg = config.integration_as(SyslogConfig)
         self.cfg = cfg
         self._writer: asyncio.StreamWriter | None = None
 
     @classmethod
-    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> Receiver:
+    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> SyslogReceiver:
         return cls(config, deps.redactor)
 
     def _payload(self, alert: dict[str, Any], repeat: bool, ctx: DeliveryContext) -> bytes:

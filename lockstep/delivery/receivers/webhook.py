@@ -13,9 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from lockstep.delivery.base import DeliveryContext, HttpReceiver, IntegrationConfig, Receiver, SenderDeps
-from lockstep.delivery.receivers.alertmanager import BAD_LABEL_CHARS, am_annotations, am_labels, bearer_auth
-from lockstep.delivery.redaction import Redactor, SecretRef, UrlOrSecret
+from lockstep.delivery.base import DeliveryContext
+from lockstep.delivery.receivers.alertmanager import (
+    BAD_LABEL_CHARS,
+    BearerReceiver,
+    BearerTarget,
+    am_annotations,
+    am_labels,
+)
+from lockstep.delivery.redaction import Redactor
 from streams.dispatch import Notification
 
 if TYPE_CHECKING:
@@ -24,11 +30,9 @@ if TYPE_CHECKING:
 ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
-class WebhookConfig(IntegrationConfig):
+class WebhookConfig(BearerTarget):
     """``webhook:`` the URL (literal or secret), an optional bearer token, how many alerts a body lists."""
 
-    url: UrlOrSecret
-    bearer_token: SecretRef | None = None
     max_alerts: int = Field(default=0, ge=0, description="0 = all; more are counted in truncatedAlerts")
 
 
@@ -66,25 +70,14 @@ def webhook_v4(notification: Notification, ctx: DeliveryContext, max_alerts: int
     }
 
 
-class WebhookReceiver(HttpReceiver):
+class WebhookReceiver(BearerReceiver):
     kind = "webhook"
     config_model = WebhookConfig
 
     def __init__(self, config: ReceiverConfig, redactor: Redactor, url: str, token: str | None) -> None:
-        super().__init__(config, redactor)
-        cfg = config.integration
-        assert isinstance(cfg, WebhookConfig)
-        self._url = url
-        self._token = token
+        super().__init__(config, redactor, url, token)
+        cfg = config.integration_as(WebhookConfig)
         self._max = cfg.max_alerts
 
-    @classmethod
-    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> Receiver:
-        cfg = config.integration
-        assert isinstance(cfg, WebhookConfig)
-        return cls(config, deps.redactor, deps.secret(cfg.url), deps.secrets.value(cfg.bearer_token))
-
     async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
-        body = webhook_v4(notification, ctx, self._max)
-        await self.post_json(self._url, body, accept=frozenset(range(200, 300)), now=ctx.now,
-                             headers=bearer_auth(self._token))
+        await self.post(webhook_v4(notification, ctx, self._max), frozenset(range(200, 300)), ctx.now)
