@@ -49,9 +49,7 @@ class JsonlReceiver(Receiver):
         return cls(config, deps.redactor)
 
     async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
-        cfg = self.config.integration
-        assert isinstance(cfg, JsonlConfig)
-        with Path(cfg.path).open("ab") as f:
+        with Path(self.config.integration_as(JsonlConfig).path).open("ab") as f:
             for alert in notification.changed:
                 f.write(orjson.dumps({"receiver": self.name, "alert_id": alert["alert_id"],
                                       "status": alert["status"]}) + b"\\n")
