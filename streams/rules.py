@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from models.errors import ConfigError
 from models.timeutil import parse_ts
-from streams.routing import Matcher, alert_labels
+from streams.matchers import Matcher, MatcherTexts, alert_labels, equality_matchers, matches_all, parse_matchers
 
 DEFAULT_INHIBIT_RULES: tuple[dict[str, Any], ...] = (
     {"source_matchers": ['alertname="job_slowdown"', 'domain=~"network|storage|compute|dataloader"'],
@@ -85,14 +85,14 @@ class Silence:
         return self.starts_at <= t < self.ends_at
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(m.matches(labels) for m in self.matchers)
+        return matches_all(self.matchers, labels)
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> Silence:
         """From a ``silences`` topic record (equality matchers, see models.operator.SilenceRecord)."""
-        matchers = tuple(Matcher(str(k), "=", str(v)) for k, v in sorted(rec["matchers"].items()))
-        return cls(str(rec["silence_id"]), matchers, float(rec["starts_at"]), float(rec["ends_at"]),
-                   str(rec.get("kind", "silence")), str(rec.get("created_by", "")), str(rec.get("comment", "")))
+        return cls(str(rec["silence_id"]), equality_matchers(rec["matchers"]), float(rec["starts_at"]),
+                   float(rec["ends_at"]), str(rec.get("kind", "silence")), str(rec.get("created_by", "")),
+                   str(rec.get("comment", "")))
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,7 @@ class InhibitRule:
     equal: tuple[str, ...]
 
     def inhibits(self, source_labels: Mapping[str, str], target_labels: Mapping[str, str]) -> bool:
-        return (all(m.matches(source_labels) for m in self.source)
-                and all(m.matches(target_labels) for m in self.target)
+        return (matches_all(self.source, source_labels) and matches_all(self.target, target_labels)
                 and all(source_labels.get(n, "") == target_labels.get(n, "") for n in self.equal))
 
 
@@ -141,34 +140,20 @@ class Rules:
 
 class _InhibitModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    source_matchers: list[str] = Field(min_length=1)
-    target_matchers: list[str] = Field(min_length=1)
+    source_matchers: MatcherTexts = Field(min_length=1)
+    target_matchers: MatcherTexts = Field(min_length=1)
     equal: list[str] = Field(default_factory=list)
-
-    @field_validator("source_matchers", "target_matchers")
-    @classmethod
-    def _parse(cls, value: list[str]) -> list[str]:
-        for text in value:
-            Matcher.parse(text)
-        return value
 
 
 class _SilenceModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=128)
     kind: Literal["silence", "maintenance"] = "silence"
-    matchers: list[str] = Field(min_length=1)
+    matchers: MatcherTexts = Field(min_length=1)
     starts_at: float
     ends_at: float
     created_by: str = Field(min_length=1)
     comment: str = ""
-
-    @field_validator("matchers")
-    @classmethod
-    def _parse(cls, value: list[str]) -> list[str]:
-        for text in value:
-            Matcher.parse(text)
-        return value
 
     @field_validator("starts_at", "ends_at", mode="before")
     @classmethod
@@ -215,14 +200,14 @@ def load_rules(text: str, source: str = "rules") -> Rules:
     inhibit = model.inhibit_rules if model.inhibit_rules is not None else [
         _InhibitModel.model_validate(r) for r in DEFAULT_INHIBIT_RULES]
     for rule in inhibit:
-        rules.inhibit.append(InhibitRule(tuple(Matcher.parse(m) for m in rule.source_matchers),
-                                         tuple(Matcher.parse(m) for m in rule.target_matchers), tuple(rule.equal)))
+        rules.inhibit.append(InhibitRule(parse_matchers(rule.source_matchers), parse_matchers(rule.target_matchers),
+                                         tuple(rule.equal)))
     for i, s in enumerate(model.silences):
         if s.ends_at <= s.starts_at:
             raise ConfigError(f"{source}: silences.{i}: ends_at must be after starts_at")
         if s.id in rules.silences:
             raise ConfigError(f"{source}: silences.{i}: duplicate id {s.id!r}")
-        rules.silences[s.id] = Silence(s.id, tuple(Matcher.parse(m) for m in s.matchers), s.starts_at, s.ends_at,
+        rules.silences[s.id] = Silence(s.id, parse_matchers(s.matchers), s.starts_at, s.ends_at,
                                        s.kind, s.created_by, s.comment)
     return rules
 

@@ -62,11 +62,12 @@ def run_test(args: argparse.Namespace) -> int:
 async def _test(settings: LockstepSettings, routes: Path | None, only: list[str] | None, resolve: bool,
                 out: Any) -> int:
     from lockstep.delivery.base import DeliveryContext
+    from lockstep.delivery.receivers import RECEIVERS
     from lockstep.delivery.redaction import SecretResolver
     from lockstep.delivery.sample import sample_alert
     from lockstep.delivery.service import build_receiver, load_routing_file
     from lockstep.delivery.topics import DeliveryTopics, create_delivery_topics
-    from streams.routing import Notification
+    from streams.dispatch import Notification
 
     try:
         config = load_routing_file(settings, routes)
@@ -81,7 +82,7 @@ async def _test(settings: LockstepSettings, routes: Path | None, only: list[str]
         return 2
     producer = None
     topics = DeliveryTopics(settings)
-    needs_kafka = any(config.receivers[n].kind in ("kafka", "ocsf") for n in names)
+    needs_kafka = any(RECEIVERS[config.receivers[n].kind].needs_kafka for n in names)
     if needs_kafka and settings.kafka_bootstrap_servers:
         from agents.kafka import start_producer
 
@@ -92,7 +93,7 @@ async def _test(settings: LockstepSettings, routes: Path | None, only: list[str]
     try:
         for name in names:
             rc = config.receivers[name]
-            if rc.kind in ("kafka", "ocsf") and producer is None:
+            if RECEIVERS[rc.kind].needs_kafka and producer is None:
                 print(f"{name:24s} {rc.kind:12s} skipped: needs LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS", file=out)
                 continue
             receiver = build_receiver(rc, resolver, producer=producer, topics=topics)

@@ -1,11 +1,11 @@
 """The delivery ledger: what each receiver last accepted per ``dedup_key``, surviving restarts.
 
 A compacted topic keyed ``receiver \\x1f dedup_key``; each value is a
-:class:`streams.routing.Delivered` row plus, while firing, the alert itself (so groups can be
+:class:`streams.dispatch.Delivered` row plus, while firing, the alert itself (so groups can be
 rebuilt after a restart without re-notifying). The delivery service reads it to the end before it
 consumes any alert; a record is written (and acknowledged by the broker) after a receiver
 accepted a notification and before the alert's offset is committed, so a replay after a crash is
-recognised by :func:`streams.routing.lifecycle` and never pages twice.
+recognised by :func:`streams.dispatch.lifecycle` and never pages twice.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from streams.routing import Delivered
+from streams.dispatch import Delivered
 
 log = logging.getLogger("lockstep.delivery.ledger")
 SEP = "\x1f"

@@ -1,4 +1,8 @@
-"""Secrets stay secret: resolve ``{secret: NAME}`` references and redact values everywhere else.
+"""Secrets stay secret: ``{secret: NAME}`` references in the routing file, their values, and redaction.
+
+A receiver's config takes a secret as :data:`SecretOnly` (a reference, never a literal) or
+:data:`UrlOrSecret`; :class:`SecretResolver` turns references into values from the settings'
+``delivery_secrets`` and says which are missing.
 
 :class:`Redactor` replaces every known secret value with ``[REDACTED]`` — and every *part* of it
 that identifies it on its own, in every encoding a receiver, a proxy or a library may give it
@@ -17,13 +21,15 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
-from pydantic import SecretStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr
 
 from models.errors import ConfigError
-from streams.routing import RoutingConfig, SecretRef, missing_secrets
+
+if TYPE_CHECKING:
+    from lockstep.delivery.config import RoutingConfig
 
 MASK = "[REDACTED]"
 MIN_SECRET = 4  # shorter values are too common to mask (and too short to be a secret worth having)
@@ -218,6 +224,32 @@ def install_redaction(redactor: Redactor, logger: logging.Logger | None = None) 
     for handler in (logger or logging.getLogger()).handlers:
         handler.addFilter(flt)
     return flt
+
+
+class SecretRef(BaseModel):
+    """``{secret: NAME}``: a value held in the settings' delivery secrets, never in the file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    secret: str = Field(pattern=r"^[A-Za-z0-9_]+$")
+
+
+def _secret_only(value: object) -> object:
+    if isinstance(value, str):
+        raise ValueError("must be a secret reference {secret: NAME}, not a literal value")
+    return value
+
+
+#: A config option that must be a secret reference (a Slack webhook URL, a PagerDuty routing key).
+SecretOnly = Annotated[SecretRef, BeforeValidator(_secret_only)]
+#: A config option written literally or as a secret reference (a URL with or without a token in it).
+UrlOrSecret = str | SecretRef
+
+
+def missing_secrets(config: RoutingConfig, available: Iterable[str]) -> list[str]:
+    """``"path: secret NAME is not set"`` for every referenced secret not in ``available``."""
+    have = {name.lower() for name in available}
+    return [f'{path}: secret "{name}" is not set' for path, name in config.secret_refs()
+            if name.lower() not in have]
 
 
 class SecretResolver:

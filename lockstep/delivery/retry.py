@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from streams.routing import Notification, RetryConfig
+from lockstep.delivery.config import RetryConfig
+from streams.dispatch import Notification
 
 
 def backoff_delay(attempt: int, cfg: RetryConfig, rng: random.Random, retry_after: float | None = None) -> float:

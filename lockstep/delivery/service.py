@@ -27,58 +27,27 @@ from prometheus_client import CollectorRegistry
 
 from agents.kafka import client_kwargs, start_producer
 from agents.topics import TopicCatalogue
-from lockstep.delivery.alertmanager import AlertmanagerReceiver, WebhookReceiver
-from lockstep.delivery.base import Receiver
+from lockstep.delivery.base import Receiver, SenderDeps
+from lockstep.delivery.config import ReceiverConfig, RoutingConfig, load_routing_file, reload_routing
 from lockstep.delivery.ledger import Ledger
 from lockstep.delivery.metrics import DeliveryCollector, MetricsServer
-from lockstep.delivery.pagerduty import PagerDutyReceiver
+from lockstep.delivery.receivers import RECEIVERS
 from lockstep.delivery.redaction import RedactingFilter, Redactor, SecretResolver, install_redaction
-from lockstep.delivery.siem import SyslogReceiver
 from lockstep.delivery.silences import KnownSilences
-from lockstep.delivery.slack import SlackReceiver
-from lockstep.delivery.topics import DeliveryTopics, KafkaTopicReceiver, OcsfTopicReceiver, create_delivery_topics
+from lockstep.delivery.topics import DeliveryTopics, create_delivery_topics
 from lockstep.delivery.worker import ReceiverWorker
 from models.errors import ConfigError
 from models.settings import LockstepSettings
-from streams.routing import ReceiverConfig, RoutingConfig, load_routing, reload_routing
+
+__all__ = ["DeliveryService", "build_receiver", "load_routing_file"]
 
 log = logging.getLogger("lockstep.delivery")
 
 
-def load_routing_file(settings: LockstepSettings, path: Path | None = None) -> RoutingConfig:
-    """Read and validate the routing file and check that every secret it references is set."""
-    path = path or settings.delivery_routes_file
-    if path is None:
-        raise ConfigError("no routing file: set LOCKSTEP_DELIVERY_ROUTES_FILE (see deploy/routes.example.yaml)")
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the routing file: {exc.strerror}") from None
-    config = load_routing(text, str(path))
-    SecretResolver(settings.delivery_secrets).check(config, str(path))
-    return config
-
-
 def build_receiver(rc: ReceiverConfig, resolver: SecretResolver, *, producer: Any = None,
                    topics: DeliveryTopics | None = None) -> Receiver:
-    """The sender for one receiver definition, secrets resolved."""
-    red = resolver.redactor
-    if rc.slack is not None:
-        return SlackReceiver(rc, red, str(resolver.value(rc.slack.webhook_url)))
-    if rc.pagerduty is not None:
-        return PagerDutyReceiver(rc, red, str(resolver.value(rc.pagerduty.routing_key)))
-    if rc.alertmanager is not None:
-        return AlertmanagerReceiver(rc, red, str(resolver.value(rc.alertmanager.url)),
-                                    resolver.value(rc.alertmanager.bearer_token))
-    if rc.webhook is not None:
-        return WebhookReceiver(rc, red, str(resolver.value(rc.webhook.url)), resolver.value(rc.webhook.bearer_token))
-    if rc.syslog is not None:
-        return SyslogReceiver(rc, red)
-    if producer is None or topics is None:
-        raise ConfigError(f"receiver {rc.name}: a {rc.kind} receiver needs Kafka")
-    if rc.ocsf is not None:
-        return OcsfTopicReceiver(rc, red, producer, topics)
-    return KafkaTopicReceiver(rc, red, producer, topics)
+    """The sender for one receiver definition (its kind's, from the registry), secrets resolved."""
+    return RECEIVERS[rc.kind].from_config(rc, SenderDeps(resolver, producer, topics))
 
 
 class DeliveryService:

@@ -23,7 +23,7 @@ def muted_by(alert: Mapping[str, Any], silences: Mapping[str, Silence], now: flo
     A stamped silence counts unless delivery knows it and it is not active at ``now`` (it ended or
     was expired); a known silence active at ``now`` whose matchers match the alert counts too.
 
-    >>> from streams.routing import Matcher
+    >>> from streams.matchers import Matcher
     >>> known = {"m1": Silence("m1", (Matcher.parse('job_id="j"'),), 0.0, 100.0)}
     >>> muted_by({"job_id": "j", "silenced_by": []}, known, 50.0)
     ['m1']
@@ -47,7 +47,7 @@ class KnownSilences:
         self._reader: Any = None
 
     def muted_by(self, alert: Mapping[str, Any], now: float) -> list[str]:
-        """The :data:`streams.routing.MuteRule` every receiver's dispatcher uses."""
+        """The :data:`streams.dispatch.MuteRule` every receiver's dispatcher uses."""
         return muted_by(alert, self.rules.silences, now)
 
     def __len__(self) -> int:

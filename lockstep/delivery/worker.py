@@ -30,15 +30,41 @@ import orjson
 from pydantic import ValidationError
 
 from lockstep.delivery.base import DeliveryContext, Receiver
+from lockstep.delivery.config import RoutingConfig
 from lockstep.delivery.errors import ReceiverRejected, ReceiverUnavailable
 from lockstep.delivery.ledger import Ledger
 from lockstep.delivery.redaction import Redactor
 from lockstep.delivery.retry import backoff_delay, park_record, unpark
 from models.alerts import Alert
-from models.errors import DeliveryError
-from streams.routing import Dispatcher, MuteRule, Notification, RoutingConfig, lifecycle, stamped_silences
+from models.errors import DeliveryError, LockstepError, ValidationFailed
+from models.records import DeadLetter
+from streams.dispatch import Dispatcher, MuteRule, Notification, lifecycle, stamped_silences
 
 log = logging.getLogger("lockstep.delivery")
+
+
+def delivery_dead_letter(stage: str, reason: str, error: type[LockstepError], original: bytes, redactor: Redactor, *,
+                         now: float, topic: str | None, partition: int | None, offset: int | None,
+                         key: bytes | str | None, record: str | None = None, retryable: bool = False) -> dict[str, Any]:
+    """The ``dlq`` record of what a receiver worker could not use or deliver, as a :class:`DeadLetter`.
+
+    ``error`` is the class from the error tree (a refusal, ``ValidationFailed`` for an unusable
+    record); ``original`` the alert, notification or retry record as read. Every string in it,
+    the original included, has its secrets masked before it leaves the process (a notification
+    may carry a URL the receiver echoed back).
+
+    >>> dl = delivery_dead_letter("deliver.pd", "not an alert", ValidationFailed, b"{}", Redactor(), now=1.0,
+    ...                           topic="alerts", partition=0, offset=7, key=b"k")
+    >>> dl["error"], dl["original"], dl["original_size"], dl["key"]
+    ('ValidationFailed', 'e30=', 2, 'k')
+    """
+    if isinstance(key, bytes):
+        key = key.decode("utf-8", "replace")
+    raw = redactor.text(original.decode("utf-8", "replace")).encode()
+    letter = DeadLetter(stage=stage, reason=reason, error=error.__name__, topic=topic, partition=partition,
+                        offset=offset, record=record, original=base64.b64encode(raw).decode("ascii"),
+                        original_size=len(raw), key=key, ts=now, retryable=retryable)
+    return dict(redactor.record(letter.model_dump(mode="json")))
 
 
 class OffsetTracker:
@@ -94,7 +120,7 @@ class ReceiverWorker:
         self.max_pending = max_pending
         self.offset_reset = offset_reset
         self.rng = random.Random(seed)
-        self.dispatcher = Dispatcher(routing, self.name, send_resolved=receiver.config.integration.send_resolved,
+        self.dispatcher = Dispatcher(routing.root, self.name, send_resolved=receiver.config.integration.send_resolved,
                                      muted=muted)
         self.tracker = OffsetTracker()
         self.backlog = False        # something is parked: new notifications queue behind it
@@ -171,7 +197,7 @@ class ReceiverWorker:
         if receiver is not None:
             old, self.receiver = self.receiver, receiver
             await old.close()
-        self.dispatcher.reload(routing, send_resolved=self.receiver.config.integration.send_resolved)
+        self.dispatcher.reload(routing.root, send_resolved=self.receiver.config.integration.send_resolved)
 
     # -- the alerts topic ------------------------------------------------------------------------
     async def _main_loop(self) -> None:
@@ -216,8 +242,9 @@ class ReceiverWorker:
             alert = raw
         except (orjson.JSONDecodeError, ValidationError, TypeError) as exc:
             reason = f"not an alert: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-            await self.dead_letter(self._dl_record(reason, "ValidationFailed", msg.value or b"", topic=tp.topic,
-                                                   partition=tp.partition, offset=msg.offset, key=msg.key))
+            await self.dead_letter(self._dead_letter_record(
+                reason, ValidationFailed, msg.value or b"", topic=tp.topic, partition=tp.partition, offset=msg.offset,
+                key=msg.key))
             self.tracker.settle(token)
             return
         state = lifecycle(self.ledger.get(self.name, alert["dedup_key"]), alert)
@@ -335,21 +362,16 @@ class ReceiverWorker:
         original = orjson.dumps({"receiver": self.name, "group_key": unit.group_key, "alerts": unit.changed
                                  or unit.alerts})
         key = (unit.changed or unit.alerts)[0]["dedup_key"] if (unit.changed or unit.alerts) else None
-        await self.dead_letter(self._dl_record(reason, type(exc).__name__, original, topic=source,
-                                               partition=partition, offset=offset, key=key, record=unit.group_key))
+        await self.dead_letter(self._dead_letter_record(reason, type(exc), original, topic=source, partition=partition,
+                                                        offset=offset, key=key, record=unit.group_key))
         self.stats["dead_letters"] += 1
         log.warning("%s: dead-lettered %s: %s", self.stage, unit.group_key, self.redactor.text(str(exc)))
 
-    def _dl_record(self, reason: str, error: str, original: bytes, *, topic: str | None, partition: int | None,
-                   offset: int | None, key: bytes | str | None, record: str | None = None,
-                   retryable: bool = False) -> dict[str, Any]:
-        if isinstance(key, bytes):
-            key = key.decode("utf-8", "replace")
-        raw = self.redactor.text(original.decode("utf-8", "replace")).encode()
-        rec = {"stage": self.stage, "reason": reason, "error": error, "topic": topic, "partition": partition,
-               "offset": offset, "record": record, "original": base64.b64encode(raw).decode("ascii"),
-               "original_size": len(raw), "key": key, "ts": time.time(), "retryable": retryable}
-        return dict(self.redactor.record(rec))
+    def _dead_letter_record(self, reason: str, error: type[LockstepError], original: bytes, *, topic: str | None,
+                            partition: int | None, offset: int | None, key: bytes | str | None,
+                            record: str | None = None, retryable: bool = False) -> dict[str, Any]:
+        return delivery_dead_letter(self.stage, reason, error, original, self.redactor, now=time.time(), topic=topic,
+                                    partition=partition, offset=offset, key=key, record=record, retryable=retryable)
 
     async def _commit(self) -> None:
         points = self.tracker.committable()
@@ -382,9 +404,9 @@ class ReceiverWorker:
             rec = orjson.loads(msg.value)
             unit = unpark(rec)
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            await self.dead_letter(self._dl_record(f"unusable retry record: {type(exc).__name__}", "ValidationFailed",
-                                                   msg.value or b"", topic=tp.topic, partition=tp.partition,
-                                                   offset=msg.offset, key=msg.key))
+            await self.dead_letter(self._dead_letter_record(
+                f"unusable retry record: {type(exc).__name__}", ValidationFailed, msg.value or b"", topic=tp.topic,
+                partition=tp.partition, offset=msg.offset, key=msg.key))
             return
         attempts = int(rec.get("attempts", 1))
         not_before = float(rec.get("not_before", 0.0))
@@ -415,9 +437,9 @@ class ReceiverWorker:
                 if now - first_failed >= cfg.max_age:
                     reason = f"gave up after {attempts} attempts: {self.redactor.text(str(exc))}"
                     original = orjson.dumps(rec)
-                    await self.dead_letter(self._dl_record(reason, type(exc).__name__, original, topic=tp.topic,
-                                                           partition=tp.partition, offset=msg.offset,
-                                                           key=self.name, record=unit.group_key, retryable=True))
+                    await self.dead_letter(self._dead_letter_record(
+                        reason, type(exc), original, topic=tp.topic, partition=tp.partition, offset=msg.offset,
+                        key=self.name, record=unit.group_key, retryable=True))
                     self.stats["dead_letters"] += 1
                     return
                 not_before = time.time() + backoff_delay(attempts, cfg, self.rng, retry_after)

@@ -9,19 +9,24 @@ from typing import Any
 import orjson
 import pytest
 
-import lockstep.delivery.alertmanager as am_mod
 import lockstep.delivery.base as base_mod
-import lockstep.delivery.pagerduty as pd_mod
+import lockstep.delivery.receivers.alertmanager as am_mod
+import lockstep.delivery.receivers.pagerduty as pd_mod
+import lockstep.delivery.receivers.slack as slack_mod
+import lockstep.delivery.receivers.syslog as syslog_mod
 import lockstep.delivery.retry as retry_mod
-import lockstep.delivery.siem as siem_mod
-import lockstep.delivery.slack as slack_mod
-import streams.routing as routing_mod
-from lockstep.delivery.alertmanager import am_postable_alert, webhook_v4
+import lockstep.delivery.text as text_mod
+import streams.dispatch as dispatch_mod
+import streams.matchers as matchers_mod
+import streams.routes as routes_mod
 from lockstep.delivery.base import DeliveryContext, retry_after_seconds
-from lockstep.delivery.pagerduty import pagerduty_dedup_key, pagerduty_event
-from lockstep.delivery.siem import cef_event, ocsf_finding, octet_frame, syslog_message
-from lockstep.delivery.slack import RateLimiter, slack_message
-from streams.routing import Notification
+from lockstep.delivery.receivers.alertmanager import am_postable_alert
+from lockstep.delivery.receivers.ocsf import ocsf_finding
+from lockstep.delivery.receivers.pagerduty import pagerduty_dedup_key, pagerduty_event
+from lockstep.delivery.receivers.slack import RateLimiter, slack_message
+from lockstep.delivery.receivers.syslog import cef_event, octet_frame, syslog_message
+from lockstep.delivery.receivers.webhook import webhook_v4
+from streams.dispatch import Notification
 
 from .servers import FakeAlertmanager, FakePagerDuty, FakeSlack, FakeWebhook, ocsf_problems
 
@@ -32,7 +37,8 @@ def group(*alerts: dict[str, Any]) -> Notification:
     return Notification("r", '0:{job="llm-70b"}', {"job": "llm-70b"}, list(alerts), list(alerts), False)
 
 
-@pytest.mark.parametrize("module", [routing_mod, base_mod, slack_mod, pd_mod, am_mod, siem_mod, retry_mod])
+@pytest.mark.parametrize("module", [matchers_mod, routes_mod, dispatch_mod, base_mod, slack_mod, pd_mod, am_mod,
+                                    syslog_mod, retry_mod, text_mod])
 def test_docstring_examples_run(module) -> None:
     result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0

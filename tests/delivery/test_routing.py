@@ -1,4 +1,5 @@
-"""The routing tree (streams/routing.py): fixture files, matching, grouping and timing, lifecycle, reload.
+"""The routing file and its tree (lockstep/delivery/config.py, streams/routes.py, streams/matchers.py) and the
+dispatcher (streams/dispatch.py): fixture files, matching, grouping and timing, lifecycle, reload.
 
 Timelines in the grouping tests are in seconds from t=0 (time is an argument, nothing sleeps)::
 
@@ -11,19 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from lockstep.delivery.config import load_routing, reload_routing
+from lockstep.delivery.redaction import missing_secrets
 from models.errors import ConfigError
-from streams.routing import (
-    Delivered,
-    Dispatcher,
-    Matcher,
-    alert_labels,
-    group_key,
-    lifecycle,
-    load_routing,
-    missing_secrets,
-    parse_duration,
-    reload_routing,
-)
+from streams.dispatch import Delivered, Dispatcher, lifecycle
+from streams.matchers import Matcher, alert_labels
+from streams.routes import group_key, parse_duration
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "routing"
 BAD = sorted((FIXTURES / "bad").glob("*.yaml"))
@@ -140,7 +134,7 @@ receivers:
 
 
 def test_group_wait_then_group_interval_then_repeat() -> None:
-    d = Dispatcher(load_routing(SIMPLE), "r")
+    d = Dispatcher(load_routing(SIMPLE).root, "r")
     d.add(alert("a1"), 0.0, token="o1")
     assert d.flush(9.9) == []
     [n] = d.flush(10.0)
@@ -159,7 +153,7 @@ def test_group_wait_then_group_interval_then_repeat() -> None:
 
 
 def test_resolved_alert_is_notified_once_then_leaves_the_group() -> None:
-    d = Dispatcher(load_routing(SIMPLE), "r")
+    d = Dispatcher(load_routing(SIMPLE).root, "r")
     d.add(alert("a1"), 0.0)
     d.settle(d.flush(10.0)[0], 10.0)
     d.add(alert("a1", status="resolved"), 20.0, token="o3")
@@ -170,7 +164,7 @@ def test_resolved_alert_is_notified_once_then_leaves_the_group() -> None:
 
 
 def test_send_resolved_false_drops_resolved_alerts_and_settles_their_tokens() -> None:
-    d = Dispatcher(load_routing(SIMPLE), "r", send_resolved=False)
+    d = Dispatcher(load_routing(SIMPLE).root, "r", send_resolved=False)
     d.add(alert("a1"), 0.0)
     d.settle(d.flush(10.0)[0], 10.0)
     d.add(alert("a1", status="resolved"), 20.0, token="o3")
@@ -180,13 +174,13 @@ def test_send_resolved_false_drops_resolved_alerts_and_settles_their_tokens() ->
 
 def test_alerts_for_other_receivers_settle_at_once() -> None:
     cfg = load_routing((FIXTURES / "good" / "full.yaml").read_text())
-    d = Dispatcher(cfg, "pagerduty")
+    d = Dispatcher(cfg.root, "pagerduty")
     assert d.add(alert(severity="warning"), 0.0, token="o1") is False
     assert d.take_settled() == ["o1"]
 
 
 def test_restored_alerts_are_not_news() -> None:
-    d = Dispatcher(load_routing(SIMPLE), "r")
+    d = Dispatcher(load_routing(SIMPLE).root, "r")
     d.restore(alert("a1"), notified_at=100.0)
     assert d.flush(1000.0) == []                         # not changed, repeat not due
     [n] = d.flush(100.0 + 3600.0 + 60.0)
@@ -233,7 +227,7 @@ def test_missing_secrets_names_the_path() -> None:
 
 
 def test_a_group_in_flight_is_not_flushed_again_until_settled() -> None:
-    d = Dispatcher(load_routing(SIMPLE), "r")
+    d = Dispatcher(load_routing(SIMPLE).root, "r")
     d.add(alert("a1"), 0.0)
     [n] = d.flush(10.0)
     assert d.flush(500.0) == []          # the send is slow: no second notification of the same news
@@ -244,7 +238,7 @@ def test_a_group_in_flight_is_not_flushed_again_until_settled() -> None:
 
 
 def test_split_gives_one_notification_per_changed_alert_and_per_firing_alert_on_repeat() -> None:
-    d = Dispatcher(load_routing(SIMPLE), "r")
+    d = Dispatcher(load_routing(SIMPLE).root, "r")
     d.add(alert("a1", job="llm"), 0.0)
     d.add(alert("a2", job="llm"), 0.0)
     [n] = d.flush(10.0)

@@ -11,16 +11,18 @@ import pytest
 from pydantic import SecretStr
 
 from lockstep.broker import free_port
-from lockstep.delivery.alertmanager import AlertmanagerReceiver, WebhookReceiver
 from lockstep.delivery.base import DeliveryContext
+from lockstep.delivery.config import ReceiverConfig, load_routing, receiver_config
 from lockstep.delivery.errors import ReceiverRejected, ReceiverUnavailable
-from lockstep.delivery.pagerduty import PagerDutyReceiver
+from lockstep.delivery.receivers.alertmanager import AlertmanagerReceiver
+from lockstep.delivery.receivers.pagerduty import PagerDutyReceiver
+from lockstep.delivery.receivers.slack import _LIMITERS, SlackReceiver
+from lockstep.delivery.receivers.syslog import SyslogReceiver
+from lockstep.delivery.receivers.webhook import WebhookReceiver
 from lockstep.delivery.redaction import MASK, Redactor, SecretResolver, install_redaction
-from lockstep.delivery.siem import SyslogReceiver
-from lockstep.delivery.slack import _LIMITERS, SlackReceiver
 from models.errors import ConfigError, DeliveryError
 from models.settings import LockstepSettings
-from streams.routing import Notification, ReceiverConfig, load_routing
+from streams.dispatch import Notification
 
 from .servers import FakeAlertmanager, FakePagerDuty, FakeSlack, FakeWebhook
 
@@ -29,7 +31,7 @@ TOKEN = "hook-token-5f2e9a"
 
 
 def rc(kind: str, **cfg: Any) -> ReceiverConfig:
-    return ReceiverConfig.model_validate({"name": f"test-{kind}", kind: cfg})
+    return receiver_config({"name": f"test-{kind}", kind: cfg})
 
 
 def note(*alerts: dict[str, Any]) -> Notification:

@@ -1,4 +1,4 @@
-"""Silences in delivery (streams/routing.py ``Dispatcher`` with a mute rule, lockstep/delivery/silences.py).
+"""Silences in delivery (streams/dispatch.py ``Dispatcher`` with a mute rule, lockstep/delivery/silences.py).
 
 Pure: time is an argument. The decisions (docs/delivery.md "Silences")::
 
@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from lockstep.delivery.config import load_routing
 from lockstep.delivery.silences import KnownSilences, muted_by
 from models.operator import SilenceRecord
-from streams.routing import Dispatcher, Matcher, load_routing, stamped_silences
+from streams.dispatch import Dispatcher, stamped_silences
+from streams.matchers import equality_matchers
 from streams.rules import Silence
 
 ROUTES = """
@@ -61,7 +63,7 @@ def flush(d: Dispatcher, now: float) -> list[tuple[str, str]]:
 
 
 def test_stamped_silence_mutes_until_the_correlator_re_emits_the_alert_unmuted() -> None:
-    d = Dispatcher(load_routing(ROUTES), "r")                          # default rule: silenced_by
+    d = Dispatcher(load_routing(ROUTES).root, "r")                          # default rule: silenced_by
     d.add(alert("a1", silenced_by=["m1"]), 0.0, token="o1")
     assert flush(d, 0.0) == [] and d.take_settled() == ["o1"]          # settled: its offset commits
     [s] = d.take_suppressed()
@@ -72,7 +74,7 @@ def test_stamped_silence_mutes_until_the_correlator_re_emits_the_alert_unmuted()
 
 
 def test_a_firing_alert_whose_silence_ends_is_notified_at_the_next_flush() -> None:
-    d = Dispatcher(load_routing(ROUTES), "r", muted=Window({"a1"}, 0.0, 100.0))
+    d = Dispatcher(load_routing(ROUTES).root, "r", muted=Window({"a1"}, 0.0, 100.0))
     d.add(alert("a1"), 0.0)
     assert [flush(d, t) for t in (0.0, 10.0, 90.0)] == [[], [], []]
     assert len(d.take_suppressed()) == 1
@@ -83,7 +85,7 @@ def test_a_firing_alert_whose_silence_ends_is_notified_at_the_next_flush() -> No
 
 
 def test_silence_after_firing_mutes_repeats_and_the_end_notifies_again() -> None:
-    d = Dispatcher(load_routing(ROUTES), "r", muted=Window({"b1"}, 50.0, 200.0))
+    d = Dispatcher(load_routing(ROUTES).root, "r", muted=Window({"b1"}, 50.0, 200.0))
     d.add(alert("b1"), 0.0)
     assert flush(d, 0.0) == [("b1", "firing")]
     assert flush(d, 60.0) == [] and flush(d, 190.0) == []             # repeat_interval passed, but muted
@@ -92,7 +94,7 @@ def test_silence_after_firing_mutes_repeats_and_the_end_notifies_again() -> None
 
 
 def test_the_resolve_of_an_alert_the_receiver_was_told_of_is_sent_even_while_muted() -> None:
-    d = Dispatcher(load_routing(ROUTES), "r", muted=Window({"b1"}, 50.0, 200.0))
+    d = Dispatcher(load_routing(ROUTES).root, "r", muted=Window({"b1"}, 50.0, 200.0))
     d.add(alert("b1"), 0.0)
     assert flush(d, 0.0) == [("b1", "firing")]
     d.add(alert("b1", "resolved", silenced_by=["m1"]), 80.0)
@@ -101,7 +103,7 @@ def test_the_resolve_of_an_alert_the_receiver_was_told_of_is_sent_even_while_mut
 
 
 def test_an_alert_that_fires_and_resolves_inside_the_window_is_never_notified() -> None:
-    d = Dispatcher(load_routing(ROUTES), "r", muted=Window({"c1"}, 0.0, 100.0))
+    d = Dispatcher(load_routing(ROUTES).root, "r", muted=Window({"c1"}, 0.0, 100.0))
     d.add(alert("c1"), 0.0, token="o1")
     assert flush(d, 0.0) == []
     d.add(alert("c1", "resolved"), 30.0, token="o2")
@@ -113,7 +115,7 @@ def test_an_alert_that_fires_and_resolves_inside_the_window_is_never_notified() 
 
 def test_a_muted_alert_is_left_out_of_its_groups_notification() -> None:
     cfg = load_routing(ROUTES.replace("group_by: [dedup_key]", "group_by: [job]"))
-    d = Dispatcher(cfg, "r", muted=Window({"m"}, 0.0, 100.0))
+    d = Dispatcher(cfg.root, "r", muted=Window({"m"}, 0.0, 100.0))
     d.add(alert("m"), 0.0)
     d.add(alert("u"), 0.0)
     [n] = d.flush(0.0)
@@ -125,7 +127,7 @@ def test_the_default_rule_is_the_stamp() -> None:
 
 
 def silence(sid: str, start: float, end: float, **matchers: str) -> Silence:
-    return Silence(sid, tuple(Matcher(k, "=", v) for k, v in sorted(matchers.items())), start, end)
+    return Silence(sid, equality_matchers(matchers), start, end)
 
 
 @pytest.mark.parametrize(("stamp", "known", "now", "expected"), [

@@ -16,8 +16,8 @@ import yaml
 from pydantic import ValidationError
 
 from lockstep.cli import build_parser
+from lockstep.delivery.config import load_routing
 from models.settings import LockstepSettings
-from streams.routing import load_routing
 
 from .files import KUBERNETES, KUSTOMIZATIONS, SCHEMAS
 from .kustomize import KustomizeError, build, containers, json_patch, pod_specs

@@ -48,3 +48,28 @@ def test_maintenance_window_matches_root_cause_labels_during_its_window_only() -
 
 def test_empty_inhibit_rules_turn_inhibition_off() -> None:
     assert load_rules("inhibit_rules: []").inhibit == []
+
+
+@pytest.mark.parametrize("text", ['switch="leaf03"', "domain=network", 'job_id!=""', 'domain=~"network|storage"',
+                                  'alertname!~"gpu_.*"', "switch leaf03", 'domain=~"net(work"', 'job_id=="j"',
+                                  '9lives="x"'])
+def test_rules_and_routes_accept_and_reject_the_same_matchers_with_the_same_message(text: str) -> None:
+    from lockstep.delivery.config import load_routing
+
+    quoted = text.replace("'", "''")
+    rules = (f"silences: [{{id: s, matchers: ['{quoted}'], starts_at: 2025-11-30T11:00:00Z, "
+             "ends_at: 2025-11-30T12:00:00Z, created_by: me}]")
+    routes = (f"route: {{receiver: r, routes: [{{matchers: ['{quoted}'], receiver: r}}]}}\n"
+              "receivers: [{name: r, webhook: {url: 'http://x'}}]")
+    said = []
+    for load, prefix in ((load_rules, "rules: silences.0.matchers: Value error, "),
+                         (load_routing, "routes: route.routes[0].matchers: ")):
+        try:
+            load(rules if load is load_rules else routes)
+            said.append("ok")
+        except ConfigError as exc:
+            assert str(exc).startswith(prefix)
+            said.append(str(exc).removeprefix(prefix))
+    assert said[0] == said[1]
+    assert (said[0] == "ok") == (text in ('switch="leaf03"', "domain=network", 'job_id!=""',
+                                          'domain=~"network|storage"', 'alertname!~"gpu_.*"'))

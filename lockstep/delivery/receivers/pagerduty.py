@@ -10,22 +10,35 @@ characters and stable per (job, cause); a trigger carries ``payload`` with ``sum
 
 Incidents: a trigger opens an incident for its ``dedup_key`` (or adds to the open one); a resolve
 closes it; a trigger after a resolve opens a new incident. The delivery ledger
-(:func:`streams.routing.lifecycle`) drops replays so a crash never re-opens a resolved incident.
+(:func:`streams.dispatch.lifecycle`) drops replays so a crash never re-opens a resolved incident.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lockstep.delivery.base import DeliveryContext, HttpReceiver, truncate
-from lockstep.delivery.redaction import Redactor
-from lockstep.delivery.slack import timeline_table
-from streams.routing import Notification, ReceiverConfig
+from pydantic import Field
+
+from lockstep.delivery.base import DeliveryContext, HttpReceiver, IntegrationConfig, SenderDeps
+from lockstep.delivery.redaction import Redactor, SecretOnly
+from lockstep.delivery.text import timeline_table, truncate
+from streams.dispatch import Notification
+
+if TYPE_CHECKING:
+    from lockstep.delivery.config import ReceiverConfig
 
 SUMMARY_MAX = 1024
 DEDUP_KEY_MAX = 255
 SEVERITIES = ("critical", "error", "warning", "info")
+
+
+class PagerDutyConfig(IntegrationConfig):
+    """``pagerduty:`` the integration's routing key (always a secret), the endpoint, the event source."""
+
+    routing_key: SecretOnly
+    url: str = "https://events.pagerduty.com/v2/enqueue"
+    source: str | None = Field(default=None, description="default: the root-cause source, else the job")
 
 
 def pagerduty_dedup_key(dedup_key: str) -> str:
@@ -81,13 +94,18 @@ def pagerduty_event(alert: dict[str, Any], routing_key: str, ctx: DeliveryContex
 
 class PagerDutyReceiver(HttpReceiver):
     kind = "pagerduty"
+    config_model = PagerDutyConfig
     per_alert = True
 
     def __init__(self, config: ReceiverConfig, redactor: Redactor, routing_key: str) -> None:
         super().__init__(config, redactor)
-        assert config.pagerduty is not None
+        cfg = config.integration_as(PagerDutyConfig)
         self._key = routing_key
-        self._pd = config.pagerduty
+        self._pd = cfg
+
+    @classmethod
+    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> PagerDutyReceiver:
+        return cls(config, deps.redactor, deps.secret(config.integration_as(PagerDutyConfig).routing_key))
 
     async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
         for alert in notification.changed:

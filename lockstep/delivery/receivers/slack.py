@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hostlist
+from pydantic import Field
 
-from lockstep.delivery.base import DeliveryContext, HttpReceiver, truncate
-from lockstep.delivery.redaction import Redactor
-from streams.routing import Notification, ReceiverConfig
+from lockstep.delivery.base import DeliveryContext, HttpReceiver, IntegrationConfig, SenderDeps
+from lockstep.delivery.errors import ReceiverUnavailable
+from lockstep.delivery.redaction import Redactor, SecretOnly
+from lockstep.delivery.text import timeline_table, truncate
+from streams.dispatch import Notification
+
+if TYPE_CHECKING:
+    from lockstep.delivery.config import ReceiverConfig
 
 MAX_BLOCKS = 50
 HEADER_MAX = 150
@@ -33,7 +39,6 @@ FIELD_TEXT_MAX = 2000
 BUTTON_TEXT_MAX = 75
 URL_MAX = 3000
 FALLBACK_MAX = 3000
-TIMELINE_ROWS = 12
 BLOCKS_PER_ALERT = 5
 
 
@@ -59,36 +64,6 @@ def compact_nodes(nodes: list[str], limit: int = 200) -> str:
     except Exception:  # names hostlist cannot fold: list them
         text = ",".join(nodes)
     return truncate(text, limit)
-
-
-def timeline_table(timeline: list[dict[str, Any]], rows: int = TIMELINE_ROWS) -> str:
-    """The timeline as a compact fixed-width table (UTC time, layer, where, metric, value vs p50).
-
-    >>> print(timeline_table([{"ts": "2025-11-30T11:42:10.000Z", "layer": "switch", "source": "leaf03",
-    ...   "labels": {"port": "17"}, "metric": "SymbolErrorCounter", "value": 120.0, "p50": 0.0, "entities": 1}]))
-    time     layer   where               metric                      value      p50
-    11:42:10 switch  leaf03 port=17      SymbolErrorCounter            120        0
-    """
-    lines = [f"{'time':8} {'layer':7} {'where':19} {'metric':27} {'value':>5} {'p50':>8}"]
-    for e in timeline[:rows]:
-        labels = " ".join(f"{k}={v}" for k, v in sorted((e.get("labels") or {}).items()))
-        where = f"{e.get('source', '')} {labels}".strip()
-        if e.get("entities", 1) > 1:
-            where += f" +{e['entities'] - 1}"
-        p50 = e.get("p50")
-        lines.append(f"{str(e.get('ts', ''))[11:19]:8} {truncate(str(e.get('layer', '')), 7):7} "
-                     f"{truncate(where, 19):19} {truncate(str(e.get('metric', '')), 27):27} "
-                     f"{_num(e.get('value')):>5} {_num(p50):>8}")
-    if len(timeline) > rows:
-        lines.append(f"… {len(timeline) - rows} more")
-    return "\n".join(lines)
-
-
-def _num(value: Any) -> str:
-    if value is None:
-        return "-"
-    v = float(value)
-    return f"{v:.0f}" if abs(v) >= 100 or v == int(v) else f"{v:.3g}"
 
 
 def _alert_blocks(alert: dict[str, Any], ctx: DeliveryContext) -> list[dict[str, Any]]:
@@ -176,23 +151,33 @@ class RateLimiter:
         self.next_free = max(self.next_free, until)
 
 
+class SlackConfig(IntegrationConfig):
+    """``slack:`` the incoming webhook's URL (always a secret: it is the credential) and the pace."""
+
+    webhook_url: SecretOnly
+    rate_per_s: float = Field(default=1.0, gt=0, le=10, description="Slack allows about 1 message/s per webhook")
+
+
 _LIMITERS: dict[str, RateLimiter] = {}
 
 
 class SlackReceiver(HttpReceiver):
     kind = "slack"
+    config_model = SlackConfig
 
     def __init__(self, config: ReceiverConfig, redactor: Redactor, webhook_url: str) -> None:
         super().__init__(config, redactor)
-        assert config.slack is not None
+        cfg = config.integration_as(SlackConfig)
         self._url = webhook_url
         # One pace per webhook, shared by receivers (and their reloaded successors) that post to it.
-        self.limiter = _LIMITERS.setdefault(webhook_url, RateLimiter(config.slack.rate_per_s))
-        self.limiter.interval = 1.0 / config.slack.rate_per_s
+        self.limiter = _LIMITERS.setdefault(webhook_url, RateLimiter(cfg.rate_per_s))
+        self.limiter.interval = 1.0 / cfg.rate_per_s
+
+    @classmethod
+    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> SlackReceiver:
+        return cls(config, deps.redactor, deps.secret(config.integration_as(SlackConfig).webhook_url))
 
     async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
-        from lockstep.delivery.errors import ReceiverUnavailable
-
         wait = self.limiter.reserve(time.monotonic())
         if wait > 0:
             await asyncio.sleep(wait)

@@ -1,17 +1,8 @@
-"""SIEM: OCSF Detection Finding records (class 2004), CEF, and RFC 5424 syslog framing.
-
-OCSF 1.1 Detection Finding — the fields this builder always sets, required ones first:
-``class_uid`` 2004, ``category_uid`` 2 (Findings), ``activity_id`` 1 Create / 2 Update / 3 Close,
-``type_uid`` = class_uid * 100 + activity_id, ``time`` (ms), ``severity_id`` (1 Informational,
-3 Medium, 4 High, 5 Critical), ``metadata`` (``product`` with name/vendor_name/version, schema
-``version``), ``finding_info`` (``uid`` = alert_id, ``title``, ``first_seen_time``,
-``last_seen_time``, ``types``, ``src_url``); and ``status_id`` 1 New / 4 Resolved, ``message``,
-``resources`` (the job, its nodes, the root-cause switch port or component) and ``unmapped``
-(root cause and timeline as Lockstep reports them).
+"""Syslog for a SIEM: each alert state change as one RFC 5424 message carrying an OCSF finding or a CEF line.
 
 CEF (ArcSight Common Event Format, version 0): ``CEF:0|Vendor|Product|Version|SignatureID|Name|
 Severity|Extension`` with ``|`` and ``\\`` escaped in the header, ``=``, ``\\`` and newlines in
-extension values, severity 0-10.
+extension values, severity 0-10. The OCSF record is :func:`lockstep.delivery.receivers.ocsf.ocsf_finding`.
 
 RFC 5424: ``<PRI>1 TIMESTAMP HOSTNAME APP-NAME PROCID MSGID STRUCTURED-DATA MSG`` (facility
 local0); over TCP each message is framed by octet counting (RFC 6587: ``LEN SP MSG``), over UDP
@@ -21,91 +12,36 @@ one message per datagram.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from lockstep.delivery.base import DeliveryContext, Receiver, truncate
+import orjson
+from pydantic import Field
+
+from lockstep.delivery.base import DeliveryContext, IntegrationConfig, Receiver, SenderDeps
 from lockstep.delivery.errors import ReceiverRejected, ReceiverUnavailable
+from lockstep.delivery.receivers.ocsf import epoch_ms, ocsf_finding
 from lockstep.delivery.redaction import Redactor
-from models.timeutil import parse_ts
-from streams.routing import Notification, ReceiverConfig
+from lockstep.delivery.text import truncate
+from models.timeutil import format_ts, parse_ts
+from streams.dispatch import Notification
 
-OCSF_VERSION = "1.1.0"
-CLASS_UID = 2004
-CATEGORY_UID = 2
-ACTIVITIES = {1: "Create", 2: "Update", 3: "Close"}
-SEVERITY_ID = {"info": 1, "warning": 3, "error": 4, "critical": 5}
-SEVERITY_NAME = {1: "Informational", 2: "Low", 3: "Medium", 4: "High", 5: "Critical", 6: "Fatal"}
-STATUS = {"firing": (1, "New"), "resolved": (4, "Resolved")}
+if TYPE_CHECKING:
+    from lockstep.delivery.config import ReceiverConfig
+
 CEF_SEVERITY = {"info": 3, "warning": 5, "error": 8, "critical": 10}
 SYSLOG_SEVERITY = {"info": 6, "warning": 4, "error": 3, "critical": 2}
 SYSLOG_FACILITY_LOCAL0 = 16
 UDP_MAX = 65_000
 
 
-def _ms(ts: str | None) -> int | None:
-    return None if not ts else round(parse_ts(ts) * 1000)
+class SyslogConfig(IntegrationConfig):
+    """``syslog:`` where to send, over which protocol, in which format, as which application."""
 
-
-def ocsf_activity(alert: dict[str, Any], repeat: bool = False) -> int:
-    """3 Close when resolved, 2 Update for a repeat of a still-firing incident, 1 Create otherwise."""
-    if alert["status"] == "resolved":
-        return 3
-    return 2 if repeat else 1
-
-
-def ocsf_resources(alert: dict[str, Any]) -> list[dict[str, Any]]:
-    """The job, each node (up to 100) and the root-cause component (a switch port when it is one)."""
-    out: list[dict[str, Any]] = []
-    if alert.get("job_id"):
-        out.append({"type": "job", "uid": alert["job_id"], "name": alert["job_id"],
-                    "labels": [f"gpus={alert.get('gpus', 0)}"]})
-    out += [{"type": "node", "uid": n, "name": n} for n in (alert.get("nodes") or [])[:100]]
-    root = alert.get("root_cause") or {}
-    if root.get("source"):
-        labels = root.get("labels") or {}
-        if root.get("layer") == "switch" and "port" in labels:
-            out.append({"type": "switch_port", "uid": f"{root['source']}:{labels['port']}",
-                        "name": f"{root['source']} port {labels['port']}"})
-        else:
-            out.append({"type": str(root.get("layer") or "component"), "uid": str(root["source"]),
-                        "name": str(root["source"]), "labels": [f"{k}={v}" for k, v in sorted(labels.items())]})
-    return out
-
-
-def ocsf_finding(alert: dict[str, Any], ctx: DeliveryContext, repeat: bool = False) -> dict[str, Any]:
-    """One OCSF Detection Finding for an alert state change (``repeat``: a re-notification)."""
-    activity = ocsf_activity(alert, repeat)
-    sev = SEVERITY_ID.get(alert["severity"], 3)
-    status_id, status = STATUS[alert["status"]]
-    last_seen = alert.get("resolved_at") or alert["detected_at"]
-    info: dict[str, Any] = {
-        "uid": alert["alert_id"], "title": truncate(f"{alert['type']}: {alert.get('job_id') or 'cluster'}", 256),
-        "desc": alert["summary"], "types": [alert["type"]],
-        "first_seen_time": _ms(alert["started_at"]), "last_seen_time": _ms(last_seen),
-        "created_time": _ms(alert["detected_at"]),
-    }
-    url = ctx.timeline_url(alert) or ctx.alert_url(alert)
-    if url:
-        info["src_url"] = url
-    return {
-        "class_uid": CLASS_UID, "class_name": "Detection Finding",
-        "category_uid": CATEGORY_UID, "category_name": "Findings",
-        "activity_id": activity, "activity_name": ACTIVITIES[activity],
-        "type_uid": CLASS_UID * 100 + activity, "type_name": f"Detection Finding: {ACTIVITIES[activity]}",
-        "time": _ms(alert["resolved_at"] if alert["status"] == "resolved" and alert.get("resolved_at")
-                    else alert["detected_at"]),
-        "severity_id": sev, "severity": SEVERITY_NAME[sev],
-        "status_id": status_id, "status": status,
-        "message": alert["summary"],
-        "metadata": {
-            "version": OCSF_VERSION, "correlation_uid": alert["dedup_key"], "uid": alert["alert_id"],
-            "product": {"name": "Lockstep", "vendor_name": "Lockstep", "version": ctx.version},
-        },
-        "finding_info": info,
-        "resources": ocsf_resources(alert),
-        "unmapped": {"root_cause": alert.get("root_cause"), "timeline": alert.get("timeline", []),
-                     "gpus": alert.get("gpus"), "other_jobs": alert.get("other_jobs", [])},
-    }
+    host: str
+    port: int = Field(default=514, ge=1, le=65535)
+    protocol: Literal["udp", "tcp"] = "udp"
+    format: Literal["ocsf", "cef"] = "ocsf"
+    app_name: str = Field(default="lockstep", pattern=r"^[!-~]{1,48}$")
 
 
 def _cef_header(value: str) -> str:
@@ -128,7 +64,8 @@ def cef_event(alert: dict[str, Any], ctx: DeliveryContext) -> str:
     """
     root = alert.get("root_cause") or {}
     ext = {
-        "rt": str(_ms(alert.get("resolved_at") or alert["detected_at"])), "start": str(_ms(alert["started_at"])),
+        "rt": str(epoch_ms(alert.get("resolved_at") or alert["detected_at"])),
+        "start": str(epoch_ms(alert["started_at"])),
         "externalId": alert["alert_id"], "cat": str(root.get("domain") or "unknown"), "act": alert["status"],
         "msg": truncate(alert["summary"], 1023), "dvchost": ctx.hostname,
         "cs1Label": "job", "cs1": str(alert.get("job_id") or ""),
@@ -137,7 +74,7 @@ def cef_event(alert: dict[str, Any], ctx: DeliveryContext) -> str:
         "cn1Label": "gpus", "cn1": str(alert.get("gpus", 0)),
     }
     if alert.get("resolved_at"):
-        ext["end"] = str(_ms(alert["resolved_at"]))
+        ext["end"] = str(epoch_ms(alert["resolved_at"]))
     url = ctx.timeline_url(alert)
     if url:
         ext["request"] = url
@@ -154,8 +91,6 @@ def syslog_message(alert: dict[str, Any], body: str, ctx: DeliveryContext, app_n
     ...                "x", DeliveryContext(now=0.0, hostname="h1"))[:60]
     b'<130>1 2025-11-30T11:42:23.000Z h1 lockstep - alert - \\xef\\xbb\\xbfx'
     """
-    from models.timeutil import format_ts
-
     pri = SYSLOG_FACILITY_LOCAL0 * 8 + SYSLOG_SEVERITY.get(alert["severity"], 5)
     ts = format_ts(parse_ts(alert.get("resolved_at") or alert["detected_at"]))
     host = truncate("".join(c for c in ctx.hostname if "!" <= c <= "~") or "-", 255, "")
@@ -172,17 +107,20 @@ class SyslogReceiver(Receiver):
     """Sends each changed alert as one syslog message (OCSF JSON or CEF) over UDP or TCP."""
 
     kind = "syslog"
+    config_model = SyslogConfig
     per_alert = True
 
     def __init__(self, config: ReceiverConfig, redactor: Redactor) -> None:
         super().__init__(config, redactor)
-        assert config.syslog is not None
-        self.cfg = config.syslog
+        cfg = config.integration_as(SyslogConfig)
+        self.cfg = cfg
         self._writer: asyncio.StreamWriter | None = None
 
-    def _payload(self, alert: dict[str, Any], repeat: bool, ctx: DeliveryContext) -> bytes:
-        import orjson
+    @classmethod
+    def from_config(cls, config: ReceiverConfig, deps: SenderDeps) -> SyslogReceiver:
+        return cls(config, deps.redactor)
 
+    def _payload(self, alert: dict[str, Any], repeat: bool, ctx: DeliveryContext) -> bytes:
         body = cef_event(alert, ctx) if self.cfg.format == "cef" else orjson.dumps(
             ocsf_finding(alert, ctx, repeat)).decode()
         return syslog_message(alert, body, ctx, self.cfg.app_name)
