@@ -39,6 +39,7 @@ from streams.correlate import evidence_order
 from streams.inventory import InventoryIndex, JobInfo
 from streams.lanes import LANE_ORDER, lane_of
 from streams.readstore import LANE_INDEX, MAX, MIN, P50, P99, AlertEntry, EpisodeView, N, ReadStore
+from streams.matchers import equality_matchers, matches_all
 from streams.rules import match_labels
 
 #: How each lane is titled and in which unit its values are (the page and the CLI print these).
@@ -74,7 +75,7 @@ DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
 
 #: The label names a silence may match (:func:`streams.rules.match_labels` of the alerts the
-#: correlator emits): routing's (:func:`streams.routing.alert_labels`), where the root cause is, and
+#: correlator emits): routing's (:func:`streams.matchers.alert_labels`), where the root cause is, and
 #: the alerts' own ``labels`` (``source``/``layer`` of clock skew, ``worker``/``lane`` of stragglers).
 SILENCE_LABELS = frozenset({
     "alertname", "type", "severity", "domain", "job", "job_id", "dedup_key",
@@ -224,8 +225,7 @@ def silence_matches(silence: dict[str, Any], alert: dict[str, Any]) -> bool:
     >>> silence_matches({"matchers": {"job_id": "j", "domain": "storage"}}, {"job_id": "j", "labels": {}})
     False
     """
-    labels = match_labels(alert)
-    return all(labels.get(name) == value for name, value in silence["matchers"].items())
+    return matches_all(equality_matchers(silence["matchers"]), match_labels(alert))
 
 
 def silence_state(silence: dict[str, Any], now: float) -> str:
