@@ -38,8 +38,8 @@ from models.timeutil import format_ts, parse_ts
 from streams.correlate import evidence_order
 from streams.inventory import InventoryIndex, JobInfo
 from streams.lanes import LANE_ORDER, lane_of
-from streams.readstore import LANE_INDEX, MAX, MIN, P50, P99, AlertEntry, EpisodeView, N, ReadStore
 from streams.matchers import equality_matchers, matches_all
+from streams.readstore import LANE_INDEX, MAX, MIN, P50, P99, AlertEntry, EpisodeView, N, ReadStore
 from streams.rules import match_labels
 
 #: How each lane is titled and in which unit its values are (the page and the CLI print these).
