@@ -244,6 +244,23 @@ def decode_text(raw: bytes, ctx: Context) -> str | None:
         return None
 
 
+def host_text(raw: bytes, ctx: Context, what: str) -> tuple[str, float, str] | None:
+    """The opening of a per-host text format without in-band host or time (ethtool, perfquery, sysfs):
+    the UTF-8 text, the collection time and the host, or None after rejecting the message (``what``
+    names the output in the reason: ``"ethtool output carries"``)."""
+    text = decode_text(raw, ctx)
+    if text is None:
+        return None
+    ts = ctx.collection_ts()
+    source = ctx.source()
+    if ts is None or source is None:
+        missing = " and ".join(m for m, ok in (("collection time (ts)", ts is not None),
+                                               ("source", source is not None)) if not ok)
+        ctx.reject(None, f"{what} no host or time: give the {missing}")
+        return None
+    return text, ts, source
+
+
 def ts_in_unit(value: float, divisor: float, what: str) -> float:
     """``value`` in a known unit (``divisor`` per second) as Unix seconds, range-checked."""
     if not math.isfinite(value):

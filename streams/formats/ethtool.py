@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from streams.formats.base import HEADER_DEVICE, Context, decode_text
+from streams.formats.base import HEADER_DEVICE, Context, host_text
 
 _LINE = re.compile(r"\s*([A-Za-z0-9_.\-\[\]]+):\s*(-?\d+)\s*$")
 _PER_RING = re.compile(r"(?:rx|tx|ch|ptp|qos_tx|rx_xsk|tx_xsk)\d+_|(?:rx|tx)_xsk_|ptp_(?:cq|rx|tx)\d*_")
@@ -34,16 +34,10 @@ SKIP_PER_RING = "per-ring software counter (not a port counter)"
 
 
 def convert(raw: bytes, ctx: Context) -> None:
-    text = decode_text(raw, ctx)
-    if text is None:
+    opened = host_text(raw, ctx, "ethtool output carries")
+    if opened is None:
         return
-    ts = ctx.collection_ts()
-    source = ctx.source()
-    if ts is None or source is None:
-        missing = " and ".join(m for m, ok in (("collection time (ts)", ts is not None),
-                                               ("source", source is not None)) if not ok)
-        ctx.reject(None, f"ethtool output carries no host or time: give the {missing}")
-        return
+    text, ts, source = opened
     layer = ctx.layer("nic")
     interface = ctx.header(HEADER_DEVICE)
     seen: set[str] = set()

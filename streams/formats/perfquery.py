@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from streams.formats.base import HEADER_DEVICE, Context, decode_text
+from streams.formats.base import HEADER_DEVICE, Context, host_text
 
 _HEADER = re.compile(r"#\s*(.+?)\s+counters:\s*(?:Lid\s+(\d+)|(.+?))\s+port\s+(\d+)", re.IGNORECASE)
 _LINE = re.compile(r"([A-Za-z][A-Za-z0-9_]*):\.*\s*(\S+)\s*$")
@@ -35,16 +35,10 @@ SKIP_SUPERSEDED = "standard counter superseded by its extended 64-bit value"
 
 
 def convert(raw: bytes, ctx: Context) -> None:
-    text = decode_text(raw, ctx)
-    if text is None:
+    opened = host_text(raw, ctx, "perfquery output carries")
+    if opened is None:
         return
-    ts = ctx.collection_ts()
-    source = ctx.source()
-    if ts is None or source is None:
-        missing = " and ".join(m for m, ok in (("collection time (ts)", ts is not None),
-                                               ("source", source is not None)) if not ok)
-        ctx.reject(None, f"perfquery output carries no host or time: give the {missing}")
-        return
+    text, ts, source = opened
     layer = ctx.layer("nic")
     device = ctx.header(HEADER_DEVICE)
     # (lid/path, port) -> name -> (value, extended?, line)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from streams.formats.base import Context, decode_text
+from streams.formats.base import Context, host_text
 
 _PATH = re.compile(r"(?:.*/)?infiniband/([^/\s]+)/ports/(\d+)/(counters|hw_counters)/([A-Za-z0-9_]+)$")
 #: hw_counters files that are not counters of the port (``lifespan``: the counter cache's age in ms).
@@ -31,16 +31,10 @@ SKIP_NOT_COUNTER = "hw_counters lifespan (cache age, not a counter)"
 
 
 def convert(raw: bytes, ctx: Context) -> None:
-    text = decode_text(raw, ctx)
-    if text is None:
+    opened = host_text(raw, ctx, "sysfs counters carry")
+    if opened is None:
         return
-    ts = ctx.collection_ts()
-    source = ctx.source()
-    if ts is None or source is None:
-        missing = " and ".join(m for m, ok in (("collection time (ts)", ts is not None),
-                                               ("source", source is not None)) if not ok)
-        ctx.reject(None, f"sysfs counters carry no host or time: give the {missing}")
-        return
+    text, ts, source = opened
     layer = ctx.layer("nic")
     for lineno, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
