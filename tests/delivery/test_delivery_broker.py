@@ -50,12 +50,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker()
-    b.start()
-    try:
+    with EmbeddedBroker() as b:  # the real Tansu broker, stopped by PID at the end
         yield b
-    finally:
-        b.stop()
 
 
 def make_settings(broker: EmbeddedBroker, routes: Path, **secrets: str) -> LockstepSettings:

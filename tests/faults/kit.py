@@ -28,12 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker()
-    b.start()
-    try:
+    with EmbeddedBroker() as b:  # the real Tansu broker, stopped by PID at the end
         yield b
-    finally:
-        b.stop()
 
 
 def make_settings(bootstrap: str, partitions: int = 4, **extra: Any) -> LockstepSettings:

@@ -13,12 +13,8 @@ from models.settings import LockstepSettings
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker()
-    b.start()
-    try:
+    with EmbeddedBroker() as b:  # the real Tansu broker, stopped by PID at the end
         yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture

@@ -107,12 +107,8 @@ async def read_model_caught_up(worker: Any, timeout_s: float = 120.0) -> None:
 
 @pytest.fixture(scope="session")
 def web_broker() -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker()
-    b.start()
-    try:
+    with EmbeddedBroker() as b:  # the real Tansu broker, stopped by PID at the end
         yield b
-    finally:
-        b.stop()
 
 
 def web_settings(broker: EmbeddedBroker, tmp: Path, **extra: Any) -> LockstepSettings:
