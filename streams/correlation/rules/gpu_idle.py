@@ -50,18 +50,8 @@ class GpuIdleRule(BaseRule):
     def evaluate(self, job: JobTimeline, horizon: float, ctx: RuleContext) -> None:
         cfg = ctx.config
         st = job.state(self.name, GpuState)
-        state = st.symptom
-        if state is not None and not state.resolved:
-            ends = [e.end_ts for e in job.all_episodes() if e.key in state.keys]
-            if ends and all(t is not None for t in ends):
-                cleared = max(t for t in ends if t is not None)
-                if horizon >= cleared + cfg.resolve_after_s:
-                    state.resolved = True
-                    st.closed_until = cleared
-                    if state.alert is not None:
-                        done = state.alert.model_copy(update={"status": AlertStatus.RESOLVED,
-                                                              "resolved_at": format_ts(cleared)})
-                        state.alert = ctx.emit(done, cleared)
+        if st.symptom is not None and not st.symptom.resolved:
+            _resolve_when_cleared(st, st.symptom, job, horizon, ctx)
             return
         info = ctx.inventory.job(job.job_id)
         if info is None or info.gpus <= 0:
@@ -70,16 +60,10 @@ class GpuIdleRule(BaseRule):
         drops = sorted((e for e in job.all_episodes() if e.start["layer"] == "gpu"
                         and e.start["meaning"] == "utilisation" and e.start.get("direction") == "down"
                         and e.ts > st.closed_until), key=lambda e: (e.ts, e.key))
-        if len(drops) < need:
+        together = _idle_together(drops, need)
+        if together is None:
             return
-        t_star, members = None, []
-        for e in drops:
-            active = [d for d in drops if d.ts <= e.ts and (d.end_ts is None or e.ts < d.end_ts)]
-            if len(active) >= need:
-                t_star, members = e.ts, active
-                break
-        if t_star is None:
-            return
+        t_star, members = together
         due = t_star + cfg.grace_s + cfg.symptom_hold_s
         if horizon < due:
             return
@@ -132,6 +116,33 @@ class GpuIdleRule(BaseRule):
             st.symptom = GpuSymptom(float(s["start"]), [EpisodeKey(k) for k in s["keys"]], bool(s["resolved"]),
                                     None if s["alert"] is None else Alert.model_validate(s["alert"]),
                                     list(s["inhibited_by"]))
+
+
+def _idle_together(drops: list[Episode], need: int) -> tuple[float, list[Episode]] | None:
+    """The first instant ``t*`` at which ``need`` of the utilisation drops are on at once, and those drops."""
+    if len(drops) < need:
+        return None
+    for e in drops:
+        active = [d for d in drops if d.ts <= e.ts and (d.end_ts is None or e.ts < d.end_ts)]
+        if len(active) >= need:
+            return e.ts, active
+    return None
+
+
+def _resolve_when_cleared(st: GpuState, symptom: GpuSymptom, job: JobTimeline, horizon: float,
+                          ctx: RuleContext) -> None:
+    """The symptom resolves ``resolve_after_s`` after every one of its GPUs' drops ended."""
+    ends = [e.end_ts for e in job.all_episodes() if e.key in symptom.keys]
+    if not ends or any(t is None for t in ends):
+        return
+    cleared = max(t for t in ends if t is not None)
+    if horizon < cleared + ctx.config.resolve_after_s:
+        return
+    symptom.resolved = True
+    st.closed_until = cleared
+    if symptom.alert is not None:
+        done = symptom.alert.model_copy(update={"status": AlertStatus.RESOLVED, "resolved_at": format_ts(cleared)})
+        symptom.alert = ctx.emit(done, cleared)
 
 
 def _alert(job: JobTimeline, info: JobInfo, members: list[Episode], t_star: float, due: float,

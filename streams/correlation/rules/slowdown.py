@@ -27,7 +27,7 @@ from streams.correlation import evidence
 from streams.correlation.domains import Facts, domain_of
 from streams.correlation.keys import alert_id_for, dedup_key
 from streams.correlation.rule import BaseRule, RuleContext
-from streams.correlation.timeline import EpisodeKey, Fired, JobTimeline, num
+from streams.correlation.timeline import Episode, EpisodeKey, Fired, JobTimeline, num
 
 UNKNOWN_TAIL = "; no component moved first (domain unknown)"
 
@@ -102,61 +102,33 @@ class SlowdownRule(BaseRule):
 
     def _fire(self, job: JobTimeline, st: SlowdownState, onset: float, ctx: RuleContext) -> Incident:
         cfg = ctx.config
-        # Only evidence guaranteed to have arrived by the verdict (confirmed within the lateness bound
-        # of its due time) is used, so the verdict never depends on arrival timing.
-        due = onset + cfg.grace_s
-        horizon = due + cfg.allowed_lateness_s
-        window = [e for e in job.all_episodes()
-                  if onset - cfg.lookback_s <= e.ts <= due and float(e.start.get("confirmed_ts", e.ts)) <= horizon]
-        symptoms = sorted((e for e in window if e.role == "symptom" and e.ts >= onset), key=lambda e: (e.ts, e.key))
-        # A cause must still be acting when the job degrades: an episode that ended well before the
-        # onset (a blip during warm-up, a flap a minute ago) is history, not the first mover.
-        causes = [e for e in window if e.role == "cause" and e.ts <= onset
-                  and (e.end_ts is None or e.end_ts >= onset - cfg.grace_s)]
-        first = evidence.first_mover(causes)
-        domain, reason = domain_of(Facts(first, causes, ctx.inventory, job.job_id, onset))
-        root_rec = first.start if first is not None else None
-        if root_rec is None:
-            # No component moved first; a lead (a worker that lags its peers since about the onset) is the root.
-            lead = ctx.lead_for(job.job_id, onset)
-            if lead is not None:
-                root_rec, domain, reason = lead.record, lead.domain, lead.reason
+        v = _verdict(job, onset, ctx)
         info = ctx.inventory.job(job.job_id, onset) or ctx.inventory.job(job.job_id)
         gpus = info.gpus if info else 0
-        hosts = {e.start["source"] for e in window if e.start["layer"] not in ("switch", "storage")}
+        hosts = {e.start["source"] for e in v.window if e.start["layer"] not in ("switch", "storage")}
         nodes = list(info.nodes) if info else sorted(hosts)
-        sym = symptoms[0].start
+        sym = v.symptoms[0].start
         baseline = sym.get("p50") or 0.0
         ratio = (sym["value"] / baseline) if baseline else 0.0
-        dkey = dedup_key("job_slowdown", job.job_id, domain.value, root_rec)
+        dkey = dedup_key("job_slowdown", job.job_id, v.domain.value, v.root)
         # Flap damping: the same cause back within the flap window reopens the same incident.
         alert_id, reopened = alert_id_for(dkey, onset), 0
         last = st.last_resolved
         if last is not None and last.dedup_key == dkey and onset - last.resolved_at < cfg.flap_window_s:
             alert_id, reopened = last.alert_id, last.reopened + 1
-        timeline = evidence.timeline(window, cfg.timeline_limit, first)
-        other = []
-        if root_rec is not None:
-            for other_id, other_gpus, relation in ctx.inventory.neighbours(
-                    job.job_id, root_rec["layer"], root_rec["source"], root_rec["labels"], onset):
-                other.append(OtherJob(job_id=other_id, gpus=other_gpus, relation=relation))
-        root = RootCause(
-            domain=domain, layer=root_rec["layer"] if root_rec else None,
-            source=root_rec["source"] if root_rec else None, labels=dict(root_rec["labels"]) if root_rec else {},
-            metric=root_rec["metric"] if root_rec else None,
-            first_seen=format_ts(root_rec["ts"]) if root_rec else None,
-            meaning=root_rec["meaning"] if root_rec else None, reason=reason)
+        timeline = evidence.timeline(v.window, cfg.timeline_limit, v.first)
+        root = _root_cause(v.root, v.domain, v.reason)
         alert = Alert(
             alert_id=alert_id, dedup_key=dkey, type="job_slowdown", status=AlertStatus.FIRING,
             severity=_severity(gpus, ratio, ctx), job_id=job.job_id, gpus=gpus, nodes=nodes,
-            started_at=format_ts(onset), detected_at=format_ts(due), resolved_at=None,
+            started_at=format_ts(onset), detected_at=format_ts(onset + cfg.grace_s), resolved_at=None,
             symptom=Symptom(layer=sym["layer"], metric=sym["metric"], baseline=baseline, value=sym["value"],
                             ratio=round(ratio, 3), onset=format_ts(onset)),
-            root_cause=root, timeline=timeline, other_jobs=other,
+            root_cause=root, timeline=timeline, other_jobs=_other_jobs(job.job_id, v.root, onset, ctx),
             summary=_summary(job.job_id, gpus, len(nodes), ratio, onset, root, timeline),
-            labels={"job_id": job.job_id, "domain": domain.value, "alertname": "job_slowdown"},
+            labels={"job_id": job.job_id, "domain": v.domain.value, "alertname": "job_slowdown"},
             details={"reopened": reopened} if reopened else {})
-        st.incident = Incident(alert, onset, {e.key for e in symptoms})
+        st.incident = Incident(alert, onset, {e.key for e in v.symptoms})
         return st.incident
 
     def _revise(self, job: JobTimeline, inc: Incident, horizon: float, ctx: RuleContext) -> None:
@@ -175,13 +147,10 @@ class SlowdownRule(BaseRule):
             return
         domain, reason = domain_of(Facts(first, causes, ctx.inventory, job.job_id, inc.onset))
         window = [e for e in job.all_episodes() if inc.onset - cfg.lookback_s <= e.ts <= inc.onset + cfg.grace_s]
-        r = first.start
         revised_from = {"domain": root.domain.value, "layer": root.layer, "source": root.source,
                         "labels": dict(root.labels), "metric": root.metric}
         revised = inc.alert.model_copy(update={
-            "root_cause": RootCause(domain=domain, layer=r["layer"], source=r["source"], labels=dict(r["labels"]),
-                                    metric=r["metric"], first_seen=format_ts(r["ts"]), meaning=r["meaning"],
-                                    reason=reason + " (revised: evidence arrived late)"),
+            "root_cause": _root_cause(first.start, domain, reason + " (revised: evidence arrived late)"),
             "timeline": evidence.timeline(window, cfg.timeline_limit, first),
             "details": dict(inc.alert.details, revised_from=revised_from),
             "labels": dict(inc.alert.labels, domain=domain.value),
@@ -198,12 +167,8 @@ class SlowdownRule(BaseRule):
         lead = ctx.lead_for(job_id, inc.onset)
         if lead is None:
             return
-        rec = lead.record
         revised = inc.alert.model_copy(update={
-            "root_cause": RootCause(domain=lead.domain, layer=rec["layer"], source=rec["source"],
-                                    labels=dict(rec["labels"]), metric=rec["metric"],
-                                    first_seen=format_ts(rec["ts"]), meaning=rec["meaning"],
-                                    reason=lead.revised_reason),
+            "root_cause": _root_cause(lead.record, lead.domain, lead.revised_reason),
             "details": dict(inc.alert.details, **lead.details, revised_from={"domain": Domain.UNKNOWN.value}),
             "labels": dict(inc.alert.labels, domain=lead.domain.value),
             "summary": inc.alert.summary.replace(UNKNOWN_TAIL, "") + lead.summary,
@@ -245,6 +210,59 @@ class SlowdownRule(BaseRule):
         if last is not None:
             st.last_resolved = LastResolved(str(last["dedup_key"]), str(last["alert_id"]),
                                             float(last["resolved_at"]), int(last["reopened"]))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    window: list[Episode]  # the evidence the verdict may use
+    symptoms: list[Episode]  # the job's symptoms from the onset, earliest first
+    first: Episode | None  # the first mover
+    root: dict[str, Any] | None  # the root cause as an evidence record: the first mover's, or a lead's
+    domain: Domain
+    reason: str
+
+
+def _verdict(job: JobTimeline, onset: float, ctx: RuleContext) -> Verdict:
+    """The first mover and domain of a slowdown with onset ``onset``.
+
+    Only evidence guaranteed to have arrived by the verdict (confirmed within the lateness bound of its
+    due time) is used, so the verdict never depends on arrival timing.
+    """
+    cfg = ctx.config
+    due = onset + cfg.grace_s
+    horizon = due + cfg.allowed_lateness_s
+    window = [e for e in job.all_episodes()
+              if onset - cfg.lookback_s <= e.ts <= due and float(e.start.get("confirmed_ts", e.ts)) <= horizon]
+    symptoms = sorted((e for e in window if e.role == "symptom" and e.ts >= onset), key=lambda e: (e.ts, e.key))
+    # A cause must still be acting when the job degrades: an episode that ended well before the
+    # onset (a blip during warm-up, a flap a minute ago) is history, not the first mover.
+    causes = [e for e in window if e.role == "cause" and e.ts <= onset
+              and (e.end_ts is None or e.end_ts >= onset - cfg.grace_s)]
+    first = evidence.first_mover(causes)
+    domain, reason = domain_of(Facts(first, causes, ctx.inventory, job.job_id, onset))
+    if first is not None:
+        return Verdict(window, symptoms, first, first.start, domain, reason)
+    # No component moved first; a lead (a worker that lags its peers since about the onset) is the root.
+    lead = ctx.lead_for(job.job_id, onset)
+    if lead is not None:
+        return Verdict(window, symptoms, None, lead.record, lead.domain, lead.reason)
+    return Verdict(window, symptoms, None, None, domain, reason)
+
+
+def _root_cause(rec: dict[str, Any] | None, domain: Domain, reason: str) -> RootCause:
+    if rec is None:
+        return RootCause(domain=domain, layer=None, source=None, labels={}, metric=None, first_seen=None,
+                         meaning=None, reason=reason)
+    return RootCause(domain=domain, layer=rec["layer"], source=rec["source"], labels=dict(rec["labels"]),
+                     metric=rec["metric"], first_seen=format_ts(rec["ts"]), meaning=rec["meaning"], reason=reason)
+
+
+def _other_jobs(job_id: str, root: dict[str, Any] | None, onset: float, ctx: RuleContext) -> list[OtherJob]:
+    """The other jobs behind the root cause (same port, switch or pool), with how they relate to it."""
+    if root is None:
+        return []
+    return [OtherJob(job_id=other_id, gpus=gpus, relation=relation) for other_id, gpus, relation in
+            ctx.inventory.neighbours(job_id, root["layer"], root["source"], root["labels"], onset)]
 
 
 def _join_symptoms(job: JobTimeline, inc: Incident) -> None:
