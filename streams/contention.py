@@ -20,6 +20,7 @@ plus a margin, so its burst begins after the other ends.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,8 +40,8 @@ class Contention:
     pool: str
     start: float  # t*: the first instant two or more jobs burst while the latency episode is on
     jobs: tuple[str, ...]  # the jobs bursting at t*, sorted
-    latency: Any  # the pool's write-latency episode
-    bursts: tuple[Any, ...]  # the bursts active at t*
+    latency: EpisodeLike  # the pool's write-latency episode
+    bursts: tuple[EpisodeLike, ...]  # the bursts active at t*
 
 
 def is_write_latency(rec: dict[str, Any]) -> bool:
@@ -56,7 +57,7 @@ def _active(e: EpisodeLike, t: float) -> bool:
     return e.ts <= t and (e.end_ts is None or t < e.end_ts)
 
 
-def find_contention(episodes: list[Any], horizon: float) -> list[Contention]:
+def find_contention(episodes: Sequence[EpisodeLike], horizon: float) -> list[Contention]:
     """Contentions whose start ``t*`` is known from evidence confirmed by ``horizon``.
 
     >>> from types import SimpleNamespace as E

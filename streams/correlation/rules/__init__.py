@@ -1,0 +1,1 @@
+"""One module per correlation rule; :data:`streams.correlation.registry.RULES` lists them."""
