@@ -46,6 +46,7 @@ from streams.jobs import JobPartition
 from streams.lanes import SignalsConfig
 from streams.pipeline import Origin, PartitionPipeline, PipelineOutput, merged_points_records
 from streams.rules import Rules
+from streams.series import SeriesLimits
 from streams.snapshot import snapshot_due
 
 log = logging.getLogger("lockstep.agents")
@@ -63,6 +64,7 @@ def detector_config(settings: LockstepSettings) -> DetectorConfig:
         z_threshold=settings.z_threshold, score_threshold=settings.score_threshold,
         confirm=settings.confirm_samples, clear=settings.clear_samples,
         min_relative_change=settings.min_relative_change,
+        limits=SeriesLimits(settings.max_series_per_partition, settings.max_series_per_source, settings.series_idle_s),
     )
 
 
@@ -329,6 +331,11 @@ def build_app(
             metrics.unknown_metrics.labels(topic).inc(out.unknown_metrics)
         if out.unmapped_anomalies:
             metrics.unmapped.inc(out.unmapped_anomalies)
+        for cap, n in out.refused.items():
+            metrics.series_refused.labels(name, cap).inc(n)
+        if out.evicted:
+            metrics.series_evicted.labels(name).inc(out.evicted)
+        metrics.series.labels(name).set(len(pipe.registry))
         for dl in out.dead_letters:
             await dead_letter(dl.to_record())
         for rec in out.anomalies:
