@@ -219,12 +219,7 @@ class SeriesRegistry:
         if sid >= len(self.meta):
             self.meta.extend([FREE] * (sid + 1 - len(self.meta)))
         self.meta[sid] = meta
-        if sid >= self.counter.shape[0]:
-            self.counter = grow(self.counter, sid + 1, False)
-            self.scale = grow(self.scale, sid + 1, 1.0)
-            self.layer_code = grow(self.layer_code, sid + 1, 0)
-            self.unknown = grow(self.unknown, sid + 1, False)
-            self.live = grow(self.live, sid + 1, False)
+        self._ensure(sid + 1)
         self.counter[sid] = info.counter
         self.scale[sid] = info.scale
         self.layer_code[sid] = LAYER_CODES.get(layer, 0)
@@ -236,6 +231,14 @@ class SeriesRegistry:
         if sid < len(self._snapshot_rows):
             self._snapshot_rows[sid] = _row(meta)
         return sid
+
+    def _ensure(self, size: int) -> None:
+        if size > self.counter.shape[0]:
+            self.counter = grow(self.counter, size, False)
+            self.scale = grow(self.scale, size, 1.0)
+            self.layer_code = grow(self.layer_code, size, 0)
+            self.unknown = grow(self.unknown, size, False)
+            self.live = grow(self.live, size, False)
 
     def take_added(self) -> list[int]:
         """The ids given out (new or reused) since the last call, in the order they were given."""
@@ -302,6 +305,7 @@ class SeriesRegistry:
                 reg._aliases.setdefault(sid, []).append(alias)
         if len(rows) > len(reg.meta):  # trailing free ids
             reg.meta.extend([FREE] * (len(rows) - len(reg.meta)))
+            reg._ensure(len(rows))
         reg.free = [int(sid) for sid in free]
         if sorted(reg.free) != [sid for sid, row in enumerate(rows) if row is None]:
             raise ValueError("series snapshot: the free ids do not match the free rows")

@@ -179,6 +179,25 @@ def test_snapshot_round_trip_keeps_ids_free_ids_and_the_eviction_clock() -> None
         assert same(rows(p, sid), rows(q, sid)) == [], sid
 
 
+def test_a_snapshot_whose_highest_ids_are_free_restores_and_goes_on() -> None:
+    p = pipe(idle_s=10.0)
+    send(p, [gauge(T0, "stays", g) for g in range(200)] + [gauge(T0, "gone", g) for g in range(100)])
+    for k in range(1, 20):
+        send(p, [gauge(T0 + k, "stays", g) for g in range(200)], offset=k)
+    assert sorted(p.registry.free) == list(range(200, 300)) and len(p.registry) == 200
+    q = pipe(idle_s=10.0)
+    q.restore(p.snapshot())
+    assert (q.registry.size, q.registry.free, len(q.registry)) == (300, p.registry.free, 200)
+    for r in (p, q):
+        out = send(r, [gauge(T0 + 40, "stays", 0)], offset=40)
+        assert out.samples == 1 and out.evicted == 199  # the other "stays" series went idle in turn
+        reused = r.registry.free[-1]  # the most recently freed id goes first
+        out = send(r, [gauge(T0 + 41, "stays", 0), gauge(T0 + 41, "new", 0)], offset=41)
+        assert r.registry.lookup_raw(("gpu", "new", "DCGM_FI_DEV_GPU_UTIL", (("gpu", "0"),))) == reused
+        out = send(r, [gauge(T0 + 80, "new", 0)], offset=42)
+        assert out.evicted == 1 and len(r.registry) == 1 and r.registry.size == 300
+
+
 def test_a_snapshot_with_more_series_than_a_lowered_cap_keeps_them_and_refuses_new_ones() -> None:
     p = pipe()
     send(p, [gauge(T0, "n1", g) for g in range(20)])
