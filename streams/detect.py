@@ -128,7 +128,7 @@ class DetectorBank:
         return self._n
 
     def register(self, sid: int, mode: Mode, bad: Direction) -> None:
-        """Declare a series (ids are dense and registered in order)."""
+        """Declare a series: a new id (dense, in order) or one :meth:`clear` freed for reuse."""
         size = sid + 1
         if size > self.mode.shape[0]:
             for name, fill in self._FILL.items():

@@ -11,7 +11,12 @@ and ships what it returns.
 so the array work of the rate and detect stages is paid per batch, not per Kafka message. The
 result is the same as feeding the messages one by one (each series sees its samples in arrival
 order; a sample at or before its series' last one is still out of order), and every dead letter
-keeps the coordinates of its own message.
+keeps the coordinates of its own message. One exception: idle series are evicted between batches
+(:meth:`PartitionPipeline._sweep`), so where a batch ends can decide whether a series that was
+idle for just over ``series_idle_s`` comes back with its old state or a new one.
+
+The state is bounded: at most :class:`streams.series.SeriesLimits` series (per partition, per
+source), with the ids of evicted series reused from a clean state.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ Per-series numeric state lives in numpy arrays indexed by these ids (see :mod:`s
 The registry also keeps the per-series facts the hot path needs as arrays (counter or gauge, rate
 scale, layer, unknown metric), so a batch reads them with one gather instead of a loop.
 
+Bounds: a registry holds at most :class:`SeriesLimits` series (per partition and per source) and
+reuses the ids of evicted series, so the per-series arrays elsewhere are as long as the most series
+held at once, never the number ever seen.
+
 Memory: strings are interned (a metric name, a label name, a source is stored once however many
 series share it) and the labels are kept only as the key's sorted tuple; :class:`SeriesMeta` builds
 the label mapping on demand (anomalies and inventory look-ups only).
