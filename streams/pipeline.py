@@ -279,27 +279,35 @@ class PartitionPipeline:
             if out is not None and info.meaning.value == "unknown":
                 out.unknown_metrics += 1
 
-    def _sweep(self, out: PipelineOutput, refused: bool) -> None:
-        """Evict the series without a sample for ``limits.idle_s`` of the partition's event time (its
-        watermark), each time that time has moved on by ``idle_s / SWEEPS_PER_IDLE``, and at once
-        when a cap refused a series (once per watermark: a flood at one event time does not scan
-        the state per batch). A series whose samples were all rejected has no time: it goes too.
-        Runs between batches, so a series is never evicted while a batch holds its samples."""
-        wm = self.watermark
+    def _sweep(self, out: PipelineOutput, refused: bool, messages: Sequence[tuple[bytes, Origin]]) -> None:
+        """Evict the series without a sample for ``limits.idle_s`` of the partition's event time.
+
+        That time is the watermark, but never past the Kafka record time of the batch's latest
+        message when the messages have one: a sample stamped far ahead of its arrival (a bad clock)
+        moves the watermark, and must not make every other series look idle. Looked for each time
+        that time is ``idle_s / SWEEPS_PER_IDLE`` past the last look, and at once when a cap refused
+        a series and time moved on (a flood at one event time does not scan the state per batch). A
+        series whose samples were all rejected has no time: it goes too. Runs between batches, so a
+        series is never evicted while a batch holds its samples.
+        """
         idle_s = self.config.limits.idle_s
-        if wm is None or not math.isfinite(idle_s):
+        now = self.watermark
+        if now is None or not math.isfinite(idle_s):
             return
+        arrived = [o.timestamp for _, o in messages if o.timestamp is not None]
+        if arrived:
+            now = min(now, max(arrived))
         if self._swept is None:
-            self._swept = wm
-        if not (wm >= self._swept + idle_s / SWEEPS_PER_IDLE or (refused and wm > self._swept)):
+            self._swept = now
+        if not (now >= self._swept + idle_s / SWEEPS_PER_IDLE or (refused and now > self._swept)):
             return
-        self._swept = wm
+        self._swept = now
         reg = self.registry
         n = reg.size
         last = np.full(n, -math.inf)
         have = min(n, self.rates.last_ts.shape[0])
         last[:have] = np.nan_to_num(self.rates.last_ts[:have], nan=-math.inf)
-        idle = np.flatnonzero(reg.live[:n] & (last < wm - idle_s))
+        idle = np.flatnonzero(reg.live[:n] & (last < now - idle_s))
         if idle.size:
             self._evict(idle, out)
 
@@ -447,7 +455,7 @@ class PartitionPipeline:
             self._refused(refusals, messages, out)
         if ids_l:
             self._arrays(ids_l, ts_l, val_l, ing_l, msg_l, messages, out)
-        self._sweep(out, bool(refusals))
+        self._sweep(out, bool(refusals), messages)
         # Only now, after every stage succeeded: a batch that raised has not moved the offset, so the
         # agent's one-by-one retry processes its messages instead of skipping them as already seen.
         if messages and messages[-1][1].offset is not None:

@@ -99,6 +99,26 @@ def test_an_idle_series_is_evicted_after_idle_s_of_event_time_and_its_id_reused(
     assert p.registry.lookup_raw(("gpu", "new", "DCGM_FI_DEV_GPU_UTIL", (("gpu", "0"),))) == gone
 
 
+def test_a_sample_stamped_far_ahead_of_its_arrival_does_not_make_the_other_series_idle() -> None:
+    """The eviction clock is the watermark, but never past the Kafka record time of the batch."""
+    p = pipe(idle_s=100.0)
+
+    def arrive(k: int, samples: list[dict[str, Any]]) -> PipelineOutput:
+        return p.process_many([(orjson.dumps(samples), Origin("telemetry.gpu", 0, k, T0 + k + 0.5))])
+
+    evicted = 0
+    for k in range(10):
+        evicted += arrive(k, [gauge(T0 + k, "a", 0), gauge(T0 + k, "b", 0)]).evicted
+    evicted += arrive(10, [gauge(T0 + 1e6, "liar", 0)]).evicted  # a clock eleven days ahead
+    assert p.watermark == T0 + 1e6
+    for k in range(11, 60):
+        evicted += arrive(k, [gauge(T0 + k, "a", 0), gauge(T0 + k, "b", 0)]).evicted
+    assert evicted == 0 and len(p.registry) == 3
+    for k in range(60, 180):  # "b" stops: it is evicted after idle_s of arrival-bounded event time
+        evicted += arrive(k, [gauge(T0 + k, "a", 0)]).evicted
+    assert evicted == 1 and sorted(p.registry.per_source) == ["a", "liar"]
+
+
 def rows(p: PartitionPipeline, sid: int) -> dict[str, Any]:
     """Every per-series row the pipeline holds for ``sid``."""
     d, sc, sk = p.detector, p.detector.scorer, p.detector.sketch
