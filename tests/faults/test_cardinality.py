@@ -3,14 +3,14 @@
 Before: 510k distinct label values were all accepted; RSS went from 247 to 1,365 MB (about 2.2 KB a
 series), with no cap, no metric and no eviction.
 
-Now: an input partition holds at most ``max_series_per_partition`` series. Here 150,000 new series
-arrive in 150 messages of 1,000 (each message also carries the 200 series the partition already
+Now: an input partition holds at most ``max_series_per_partition`` series. Here 200,000 new series
+arrive in 200 messages of 1,000 (each message also carries the 200 series the partition already
 holds): the partition holds exactly its cap of 1,000, every sample of a known series is processed,
 each message with refused samples gives one ``SeriesLimitExceeded`` dead letter with their count,
 and ``lockstep_series_refused_samples_total`` counts them. Once the flood's series have been idle
 for ``series_idle_s`` of event time they are evicted (``lockstep_series_evicted_total``) and a new
 wave takes their ids: the id space does not grow. The process's resident memory is measured around
-the flood and must stay far below what the flood's series would cost.
+the flood and must stay far below what the flood's series would cost (about 500 MB).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.broker
 T0 = 1764502800.0
 CAP = 1000
 KNOWN = 200
-FLOOD_MESSAGES = 150
+FLOOD_MESSAGES = 200
 FLOOD_PER_MESSAGE = 1000
 IDLE_S = 60.0
 
@@ -154,9 +154,10 @@ def test_a_flood_of_new_series_is_held_at_the_cap_refused_per_message_and_evicte
     # Idle flood series evicted; the next wave reuses their ids (the id space stays at the cap).
     assert after_idle["evicted"] == CAP - KNOWN and after_idle["series"] == after_idle["len"] == KNOWN
     assert wave_b["series"] == wave_b["len"] == CAP and wave_b["size"] == CAP
-    # Memory: 150,000 series at about 2.2 KB each would be ~330 MB; the capped worker grows by a
-    # fraction of that (the flood's own bytes pass through the consumer's buffers and are freed).
+    # Memory: the same flood into a worker without a cap grew its RSS by 499-541 MB (200,200 series,
+    # ~2.7 KB each); capped, the growth is the flood's own bytes passing through the producer and the
+    # consumer's buffers (57-70 MB measured), not state.
     before, after = r["rss"]
     print(f"\nflood of {FLOOD_MESSAGES * FLOOD_PER_MESSAGE:,} new series in {r['flood_s']:.1f} s: "
           f"RSS {before:.0f} -> {after:.0f} MB ({after - before:+.0f} MB), {held['len']} series held")
-    assert after - before < 80.0
+    assert after - before < 150.0
