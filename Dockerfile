@@ -34,6 +34,8 @@ COPY models ./models
 COPY streams ./streams
 COPY agents ./agents
 COPY lockstep ./lockstep
+# lockstep bench (installed with the package; its results stay out of the context)
+COPY benchmarks ./benchmarks
 RUN pip wheel --wheel-dir /wheels .
 
 # --------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from streams.health import ProgressWatch
 from streams.inventory import InventoryIndex
 from streams.lanes import SignalsConfig
 from streams.rules import Rules
+from streams.series import SeriesLimits
 
 __all__ = ["LockstepApp", "WorkerState", "build_app", "correlator_config", "detector_config", "signals_config"]
 
@@ -47,6 +48,7 @@ def detector_config(settings: LockstepSettings) -> DetectorConfig:
         z_threshold=settings.z_threshold, score_threshold=settings.score_threshold,
         confirm=settings.confirm_samples, clear=settings.clear_samples,
         min_relative_change=settings.min_relative_change,
+        limits=SeriesLimits(settings.max_series_per_partition, settings.max_series_per_source, settings.series_idle_s),
     )
 
 

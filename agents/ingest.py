@@ -172,6 +172,11 @@ class Ingest:
             metrics.unknown_metrics.labels(topic).inc(out.unknown_metrics)
         if out.unmapped_anomalies:
             metrics.unmapped.inc(out.unmapped_anomalies)
+        for cap, n in out.refused.items():
+            metrics.series_refused.labels(name, cap).inc(n)
+        if out.evicted:
+            metrics.series_evicted.labels(name).inc(out.evicted)
+        metrics.series.labels(name).set(len(pipe.registry))
         for dl in out.dead_letters:
             await rt.dead_letter(dl.to_record())
         await self.send_episodes(out)

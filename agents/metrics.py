@@ -42,7 +42,14 @@ class WorkerMetrics:
             buckets=(1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0))
         self.watermark = Gauge("lockstep_watermark_seconds", "Correlation watermark (event time)", ["partition"],
                                registry=r)
-        self.series = Gauge("lockstep_series", "Tracked series per input partition", ["origin"], registry=r)
+        self.series = Gauge("lockstep_series", "Series held per input partition", ["origin"], registry=r)
+        self.series_refused = Counter(
+            "lockstep_series_refused_samples_total", "Samples of new series refused by a series cap "
+            "(reason: max_series_per_partition or max_series_per_source); dead-lettered one record per message",
+            ["origin", "reason"], registry=r)
+        self.series_evicted = Counter("lockstep_series_evicted_total",
+                                      "Series evicted after series_idle_s of event time without a sample",
+                                      ["origin"], registry=r)
         self.inventory_events = Gauge("lockstep_inventory_events", "Inventory events applied", registry=r)
         self.snapshots = Counter("lockstep_state_snapshots_total", "State snapshots written", ["table"], registry=r)
         self.gaps = Counter("lockstep_input_gaps_total",

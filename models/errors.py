@@ -37,6 +37,10 @@ class LateData(InputError):
     """Evidence older than the watermark minus the allowed lateness: counted and reported."""
 
 
+class SeriesLimitExceeded(InputError):
+    """A sample of a new series that the partition's or its source's series cap refused."""
+
+
 class BrokerError(LockstepError):
     """The Kafka broker is unreachable or refused a request."""
 

@@ -160,6 +160,17 @@ class LockstepSettings(BaseSettings):
     clear_samples: int = Field(default=5, ge=1, le=1000)
     min_relative_change: float = Field(default=0.2, ge=0, description="Ignore moves smaller than this fraction of p50")
 
+    # --- Series state (docs/operations.md, "Size") -------------------------------------------
+    max_series_per_partition: int = Field(
+        default=50_000, ge=1, le=10_000_000, description="Series one input partition holds; a sample of a new "
+        "series beyond it is refused and dead-lettered (SeriesLimitExceeded). Costs about 2.8 KB a series")
+    max_series_per_source: int = Field(
+        default=20_000, ge=1, le=10_000_000, description="Series one source holds within a partition (one "
+        "exporter's label explosion cannot take the partition's whole cap)")
+    series_idle_s: float = Field(
+        default=3600.0, gt=0, description="A series with no sample for this much event time is evicted (its "
+        "baseline forgotten) and its slot reused, so short-lived series (pods, jobs, ports) do not accumulate")
+
     # --- Correlation -------------------------------------------------------------------------
     allowed_lateness_s: float = Field(default=5.0, ge=0)
     grace_s: float = Field(default=5.0, ge=0, description="Watermark must pass onset + grace before a verdict")

@@ -28,13 +28,13 @@ Time is an input: ``ts`` are event times in seconds; nothing reads a clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from streams.catalogue import Direction, Mode
 from streams.scorers.robust import RobustConfig, RobustScorer
-from streams.series import grow
+from streams.series import SeriesLimits, grow
 from streams.sketch import RollingPercentiles, SketchConfig
 
 MODE_CODES = {Mode.LEVEL: 0, Mode.RATE: 1, Mode.ERRORS: 2, Mode.EVENT: 3, Mode.CONTEXT: 4}
@@ -66,6 +66,8 @@ class DetectorConfig:
     season_bins: int = 48
     #: Event-time windows (seconds) of the rolling percentiles.
     percentile_windows: tuple[float, ...] = (60.0, 300.0, 3600.0)
+    #: Series held per input partition and per source, and idle series eviction.
+    limits: SeriesLimits = field(default_factory=SeriesLimits)
 
     def robust(self) -> RobustConfig:
         return RobustConfig.for_window(
@@ -101,6 +103,9 @@ class DetectorBank:
     """Detection state for many series, addressed by series id."""
 
     _FIELDS = ("mode", "bad_dir", "state", "run", "run_ts", "run_value", "run_score", "episode_len", "last_value")
+    #: What a new series' row holds (grown rows and cleared ones alike).
+    _FILL = {"mode": 0, "bad_dir": 0, "state": NORMAL, "run": 0, "run_ts": np.nan, "run_value": np.nan,
+             "run_score": 0.0, "episode_len": 0, "last_value": np.nan}
 
     def __init__(self, config: DetectorConfig) -> None:
         self.config = config
@@ -123,23 +128,25 @@ class DetectorBank:
         return self._n
 
     def register(self, sid: int, mode: Mode, bad: Direction) -> None:
-        """Declare a series (ids are dense and registered in order)."""
+        """Declare a series: a new id (dense, in order) or one :meth:`clear` freed for reuse."""
         size = sid + 1
         if size > self.mode.shape[0]:
-            self.mode = grow(self.mode, size, 0)
-            self.bad_dir = grow(self.bad_dir, size, 0)
-            self.state = grow(self.state, size, 0)
-            self.run = grow(self.run, size, 0)
-            self.run_ts = grow(self.run_ts, size, np.nan)
-            self.run_value = grow(self.run_value, size, np.nan)
-            self.run_score = grow(self.run_score, size, 0.0)
-            self.episode_len = grow(self.episode_len, size, 0)
-            self.last_value = grow(self.last_value, size, np.nan)
+            for name, fill in self._FILL.items():
+                setattr(self, name, grow(getattr(self, name), size, fill))
         self._n = max(self._n, size)
         self.mode[sid] = MODE_CODES[mode]
         self.bad_dir[sid] = DIR_CODES[bad]
         self.scorer.register(sid, DIR_CODES[bad])
         self.sketch.register(sid)
+
+    def clear(self, ids: np.ndarray) -> None:
+        """Forget series ``ids`` (evicted; their ids are reused): episode state, baseline and
+        percentiles as a newly registered series has them, so nothing carries over to the next one."""
+        ids = ids[ids < self.mode.shape[0]]
+        for name, fill in self._FILL.items():
+            getattr(self, name)[ids] = fill
+        self.scorer.clear(ids)
+        self.sketch.clear(ids)
 
     # -- scoring ------------------------------------------------------------------------------
     def _score(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, object]:

@@ -11,7 +11,12 @@ and ships what it returns.
 so the array work of the rate and detect stages is paid per batch, not per Kafka message. The
 result is the same as feeding the messages one by one (each series sees its samples in arrival
 order; a sample at or before its series' last one is still out of order), and every dead letter
-keeps the coordinates of its own message.
+keeps the coordinates of its own message. One exception: idle series are evicted between batches
+(:meth:`PartitionPipeline._sweep`), so where a batch ends can decide whether a series that was
+idle for just over ``series_idle_s`` comes back with its old state or a new one.
+
+The state is bounded: at most :class:`streams.series.SeriesLimits` series (per partition, per
+source), with the ids of evicted series reused from a clean state.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from models.deadletter import dead_letter_record
-from models.errors import error_class
+from models.errors import SeriesLimitExceeded, error_class
 from models.samples import MAX_ABS_VALUE
 from models.timeutil import MAX_TS, MIN_TS
 from streams.catalogue import Mode
@@ -34,11 +39,21 @@ from streams.ingest import Rejection, decode_records, validate_record
 from streams.inventory import InventoryIndex
 from streams.lanes import LANES, PEER_LANES
 from streams.rates import CounterRates
-from streams.series import LAYER_NAMES, SeriesRegistry, grow, occurrence_rounds
+from streams.series import (
+    LAYER_NAMES,
+    REFUSED_PARTITION,
+    SeriesRegistry,
+    grow,
+    occurrence_rounds,
+)
 from streams.snapshot import pack, unpack
 
 #: Stage names, used in logs, metrics and dead-letter records.
 STAGES = ("decode", "validate", "normalise", "rate", "detect", "map")
+
+#: Idle series are looked for each time the partition's event time moves on by this fraction of the
+#: idle span (so a series is evicted between ``idle_s`` and ``idle_s * (1 + 1/8)`` after its last sample).
+SWEEPS_PER_IDLE = 8
 
 #: Roles: a job's own signals are symptoms; everything else is a possible cause.
 SYMPTOM_MEANINGS = frozenset({"step_time"})
@@ -136,6 +151,10 @@ class PipelineOutput:
     resets: int = 0
     unknown_metrics: int = 0
     unmapped_anomalies: int = 0
+    #: Samples of new series the series caps refused, by cap (``partition``, ``source``).
+    refused: dict[str, int] = field(default_factory=dict)
+    #: Idle series evicted after this batch.
+    evicted: int = 0
     max_ts: float | None = None
     control: str | None = None
     by_layer: dict[str, int] = field(default_factory=dict)
@@ -198,7 +217,8 @@ class PartitionPipeline:
         self._src_code = np.full(0, -1, dtype=np.int32)
         self._src_names: list[str] = []
         self._src_ids: dict[str, int] = {}
-        self.registry = SeriesRegistry()
+        self._src_free: list[int] = []
+        self.registry = SeriesRegistry(config.limits)
         self.rates = CounterRates()
         self.detector = DetectorBank(config)
         self.watermark: float | None = None
@@ -206,7 +226,8 @@ class PartitionPipeline:
         #: Kafka record time of the last message processed: tells a rebuilt topic (its offsets start
         #: again at 0 with new, later records) from messages this state already holds
         self.last_record_ts: float | None = None
-        self._registered = 0
+        #: The event time (watermark) of the last look for idle series
+        self._swept: float | None = None
         # Per series: lane code (-1: not forwarded), candidate job set and the inventory version it is for.
         self._lane = np.full(0, -1, dtype=np.int8)
         self._jobset = np.full(0, -1, dtype=np.int32)
@@ -220,24 +241,31 @@ class PartitionPipeline:
 
     # -- series bookkeeping -------------------------------------------------------------------
     def _register_new(self, out: PipelineOutput | None) -> None:
-        """Give every series registered since the last call its detector slot and lane."""
+        """Give every series registered since the last call (a new id or a reused one, whose state
+        :meth:`_evict` cleared) its detector slot and lane."""
         reg = self.registry
-        n = len(reg)
-        if n <= self._registered:
+        added = reg.take_added()
+        if not added:
             return
+        n = reg.size
         if n > self._lane.shape[0]:
             self._lane = grow(self._lane, n, -1)
             self._jobset = grow(self._jobset, n, -1)
             self._jobset_version = grow(self._jobset_version, n, -1)
         if n > self._src_code.shape[0]:
             self._src_code = grow(self._src_code, n, -1)
-        for sid in range(self._registered, n):
+        for sid in added:
             meta = reg.meta[sid]
             info = meta.info
             src = self._src_ids.get(meta.source)
             if src is None:
-                src = self._src_ids[meta.source] = len(self._src_names)
-                self._src_names.append(meta.source)
+                if self._src_free:
+                    src = self._src_free.pop()
+                    self._src_names[src] = meta.source
+                else:
+                    src = len(self._src_names)
+                    self._src_names.append(meta.source)
+                self._src_ids[meta.source] = src
             self._src_code[sid] = src
             self.detector.register(sid, info.mode, info.bad)
             self._lane[sid] = _LANE_CODE.get((meta.layer, info.meaning.value), -1)
@@ -245,7 +273,63 @@ class PartitionPipeline:
                 self._worker[sid] = worker_name(meta.source, meta.labels)
             if out is not None and info.meaning.value == "unknown":
                 out.unknown_metrics += 1
-        self._registered = n
+
+    def _sweep(self, out: PipelineOutput, refused: bool, messages: Sequence[tuple[bytes, Origin]]) -> None:
+        """Evict the series without a sample for ``limits.idle_s`` of the partition's event time.
+
+        That time is the watermark, but never past the Kafka record time of the batch's latest
+        message when the messages have one: a sample stamped far ahead of its arrival (a bad clock)
+        moves the watermark, and must not make every other series look idle. Looked for each time
+        that time is ``idle_s / SWEEPS_PER_IDLE`` past the last look, and at once when a cap refused
+        a series and time moved on (a flood at one event time does not scan the state per batch). A
+        series whose samples were all rejected has no time: it goes too. Runs between batches, so a
+        series is never evicted while a batch holds its samples.
+        """
+        idle_s = self.config.limits.idle_s
+        now = self.watermark
+        if now is None or not math.isfinite(idle_s):
+            return
+        arrived = [o.timestamp for _, o in messages if o.timestamp is not None]
+        if arrived:
+            now = min(now, max(arrived))
+        if self._swept is None:
+            self._swept = now
+        if not (now >= self._swept + idle_s / SWEEPS_PER_IDLE or (refused and now > self._swept)):
+            return
+        self._swept = now
+        reg = self.registry
+        n = reg.size
+        last = np.full(n, -math.inf)
+        have = min(n, self.rates.last_ts.shape[0])
+        last[:have] = np.nan_to_num(self.rates.last_ts[:have], nan=-math.inf)
+        idle = np.flatnonzero(reg.live[:n] & (last < now - idle_s))
+        if idle.size:
+            self._evict(idle, out)
+
+    def _evict(self, sids: np.ndarray, out: PipelineOutput | None) -> None:
+        """Forget series ``sids``: registry, rates, detector and the pipeline's own per-series arrays
+        back to what a new series starts from, their ids free for reuse. A source left without series
+        gives up its code and, unless its clock is flagged as skewed, its clock statistics."""
+        gone = self.registry.evict(sids)
+        self.rates.clear(sids)
+        self.detector.clear(sids)
+        self._lane[sids] = -1
+        self._jobset[sids] = -1
+        self._jobset_version[sids] = -1
+        self._src_code[sids] = -1
+        for sid in sids.tolist():
+            self._worker.pop(sid, None)
+        held = self.registry.per_source
+        for source in {m.source for m in gone}:
+            if source in held:
+                continue
+            code = self._src_ids.pop(source)
+            self._src_names[code] = ""
+            self._src_free.append(code)
+            if not self.clocks.skewed(source):
+                self.clocks.sources.pop(source, None)
+        if out is not None:
+            out.evicted += len(gone)
 
     def _jobset_of(self, sid: int) -> int:
         """Jobs this series can affect at any time (cached per series until the inventory changes)."""
@@ -288,6 +372,11 @@ class PartitionPipeline:
 
         Equivalent to :meth:`process` on each message in turn, with one set of array operations for
         the whole batch. Never raises on bad input.
+
+        A sample of a new series that the series caps (:class:`streams.series.SeriesLimits`) refuse
+        is dropped and counted (:attr:`PipelineOutput.refused`); each message with such samples gives
+        one dead letter (``SeriesLimitExceeded``, with the count), and its other samples go on. After
+        the batch, idle series are evicted (:meth:`_sweep`).
         """
         out = PipelineOutput(messages=len(messages))
         reg = self.registry
@@ -297,6 +386,8 @@ class PartitionPipeline:
         val_l: list[float] = []
         ing_l: list[float] = []
         msg_l: list[int] = []
+        #: message -> [first refused record, refused by the partition cap, by the source cap]
+        refusals: dict[int, list[int]] = {}
         nan = math.nan
         # decode + validate: known series take the fast path (their key, and so their labels, were
         # validated when the series was first seen); anything else goes through validate_record.
@@ -342,20 +433,49 @@ class PartitionPipeline:
                                                           raw, origin))
                     out.rejected += 1
                     continue
-                ids_l.append(reg.id_for(s.layer, s.source, s.metric, s.labels, s.kind))
+                sid = reg.admit(s.layer, s.source, s.metric, s.labels, s.kind)
+                if sid < 0:
+                    refused = refusals.get(m)
+                    if refused is None:
+                        refused = refusals[m] = [i, 0, 0]
+                    refused[1 if sid == REFUSED_PARTITION else 2] += 1
+                    continue
+                ids_l.append(sid)
                 ts_l.append(s.ts)
                 val_l.append(s.value)
                 ing_l.append(nan if s.ingest_ts is None else s.ingest_ts)
                 msg_l.append(m)
         self._register_new(out)
+        if refusals:
+            self._refused(refusals, messages, out)
         if ids_l:
             self._arrays(ids_l, ts_l, val_l, ing_l, msg_l, messages, out)
+        self._sweep(out, bool(refusals), messages)
         # Only now, after every stage succeeded: a batch that raised has not moved the offset, so the
         # agent's one-by-one retry processes its messages instead of skipping them as already seen.
         if messages and messages[-1][1].offset is not None:
             self.last_offset = messages[-1][1].offset
             self.last_record_ts = messages[-1][1].timestamp
         return out
+
+    def _refused(self, refusals: dict[int, list[int]], messages: Sequence[tuple[bytes, Origin]],
+                 out: PipelineOutput) -> None:
+        """One dead letter per message whose new series a cap refused, with how many samples and why."""
+        lim = self.config.limits
+        for m, (first, by_partition, by_source) in refusals.items():
+            why = []
+            if by_partition:
+                why.append(f"{by_partition} beyond max_series_per_partition ({lim.max_series} series held)")
+                out.refused["partition"] = out.refused.get("partition", 0) + by_partition
+            if by_source:
+                why.append(f"{by_source} beyond max_series_per_source ({lim.max_per_source} per source)")
+                out.refused["source"] = out.refused.get("source", 0) + by_source
+            n = by_partition + by_source
+            out.rejected += n
+            raw, origin = messages[m]
+            out.dead_letters.append(DeadLetterOut(
+                "validate", f"series cap: {n} samples of new series refused: " + "; ".join(why),
+                SeriesLimitExceeded.__name__, f"samples[{first}]", raw, origin))
 
     def _arrays(self, ids_l: list[int], ts_l: list[float], val_l: list[float], ing_l: list[float],
                 msg_l: list[int], messages: Sequence[tuple[bytes, Origin]], out: PipelineOutput) -> None:
@@ -561,20 +681,27 @@ class PartitionPipeline:
 
     # -- state ----------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        n = len(self.registry)
+        """The partition's state: every array over the whole id space (a free id's rows are clean),
+        the registry with its free ids, and the event time of the last look for idle series."""
+        n = self.registry.size
         arrays = {**self.rates.snapshot(n), **self.detector.snapshot(n)}
         meta = {"origin": self.origin, "series": self.registry.snapshot(), "watermark": self.watermark,
                 "offset": self.last_offset, "record_ts": self.last_record_ts, "window": self.config.window,
-                "clocks": self.clocks.snapshot()}
+                "clocks": self.clocks.snapshot(), "swept": self._swept}
         return pack(arrays, meta)
 
     def restore(self, blob: bytes) -> None:
         arrays, meta = unpack(blob)
-        self.registry = SeriesRegistry.restore(meta["series"])
+        self.registry = SeriesRegistry.restore(meta["series"], self.config.limits)
+        if arrays["rates.last_ts"].shape[0] != self.registry.size:
+            raise ValueError("snapshot: the state arrays and the series registry differ in size")
         self.rates = CounterRates()
         self.rates.restore(arrays)
         self.detector = DetectorBank(self.config)
-        self._registered = 0
+        self._src_code = np.full(0, -1, dtype=np.int32)
+        self._src_names = []
+        self._src_ids = {}
+        self._src_free = []
         self._lane = np.full(0, -1, dtype=np.int8)
         self._jobset = np.full(0, -1, dtype=np.int32)
         self._jobset_version = np.full(0, -1, dtype=np.int64)
@@ -584,6 +711,7 @@ class PartitionPipeline:
         self.watermark = meta["watermark"]
         self.last_offset = meta["offset"]
         self.last_record_ts = meta.get("record_ts")
+        self._swept = meta.get("swept")
         self.clocks = ClockTracker(self.clock_config)
         if "clocks" in meta:
             self.clocks.restore(meta["clocks"])

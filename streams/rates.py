@@ -69,6 +69,12 @@ class CounterRates:
         self.last_value[upd] = values[accept]
         return RateResult(rate, reset, out_of_order, duplicate)
 
+    def clear(self, ids: np.ndarray) -> None:
+        """Forget series ``ids`` (their ids are reused by new series: a first sample again)."""
+        ids = ids[ids < self.last_ts.shape[0]]
+        self.last_ts[ids] = np.nan
+        self.last_value[ids] = np.nan
+
     def snapshot(self, n: int) -> dict[str, np.ndarray]:
         """State of the first ``n`` series as arrays (see :mod:`streams.snapshot`)."""
         return {"rates.last_ts": self.last_ts[:n].copy(), "rates.last_value": self.last_value[:n].copy()}

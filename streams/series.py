@@ -5,6 +5,10 @@ Per-series numeric state lives in numpy arrays indexed by these ids (see :mod:`s
 The registry also keeps the per-series facts the hot path needs as arrays (counter or gauge, rate
 scale, layer, unknown metric), so a batch reads them with one gather instead of a loop.
 
+Bounds: a registry holds at most :class:`SeriesLimits` series (per partition and per source) and
+reuses the ids of evicted series, so the per-series arrays elsewhere are as long as the most series
+held at once, never the number ever seen.
+
 Memory: strings are interned (a metric name, a label name, a source is stored once however many
 series share it) and the labels are kept only as the key's sorted tuple; :class:`SeriesMeta` builds
 the label mapping on demand (anomalies and inventory look-ups only).
@@ -13,10 +17,12 @@ the label mapping on demand (anomalies and inventory look-ups only).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from models.errors import SeriesLimitExceeded
 from models.samples import Layer
 from streams.catalogue import MetricInfo, lookup
 
@@ -80,36 +86,93 @@ class SeriesMeta:
         return dict(self.key[3])
 
 
+#: The metadata of a free id (no series holds it).
+FREE = SeriesMeta(("", "", "", ()), lookup("", None))
+
+
 def _intern_labels(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
     items = sorted(labels.items()) if len(labels) > 1 else list(labels.items())
     return tuple((sys.intern(k), sys.intern(v) if len(v) <= 64 else v) for k, v in items)
 
 
-class SeriesRegistry:
-    """Assigns dense integer ids to series in first-seen order.
+@dataclass(frozen=True, slots=True)
+class SeriesLimits:
+    """How many series one input partition holds, and for how long an idle one is kept.
 
-    >>> reg = SeriesRegistry()
+    ``max_series`` bounds the partition, ``max_per_source`` each source within it; a sample of a new
+    series beyond either is refused (:class:`SeriesLimitExceeded`), samples of known series never
+    are. A series with no sample for ``idle_s`` of the partition's event time is evicted and its id
+    reused (``math.inf`` keeps every series). The defaults and what they cost are in
+    docs/operations.md ("Size").
+    """
+
+    max_series: int = 50_000
+    max_per_source: int = 5_000
+    idle_s: float = 3600.0
+
+
+#: :meth:`SeriesRegistry.admit` results for a refused series (a valid id is ``>= 0``).
+REFUSED_PARTITION, REFUSED_SOURCE = -1, -2
+REFUSED_REASONS = {REFUSED_PARTITION: "partition", REFUSED_SOURCE: "source"}
+
+
+class SeriesRegistry:
+    """Assigns dense integer ids to series, reusing the ids of evicted series.
+
+    An id is *live* while its series is held; :meth:`evict` frees it, and the next new series takes
+    the most recently freed id (per-series arrays elsewhere are indexed by id, so their size is the
+    id space :attr:`size`, never more than the most series held at once). ``len()`` is the number of
+    live series.
+
+    >>> reg = SeriesRegistry(SeriesLimits(max_series=2, max_per_source=2))
     >>> reg.id_for("nic", "n1", "PortXmitData", {"port": "1", "device": "mlx5_0"}, None)
     0
     >>> reg.lookup_raw(("nic", "n1", "PortXmitData", (("port", "1"), ("device", "mlx5_0"))))
     0
     >>> bool(reg.counter[0]), float(reg.scale[0]), reg.meta[0].labels
     (True, 4.0, {'device': 'mlx5_0', 'port': '1'})
+    >>> reg.id_for("gpu", "n1", "DCGM_FI_DEV_GPU_UTIL", {"gpu": "0"}, None)
+    1
+    >>> reg.admit("gpu", "n2", "DCGM_FI_DEV_GPU_UTIL", {"gpu": "0"}, None) == REFUSED_PARTITION
+    True
+    >>> _ = reg.evict(np.array([0]))
+    >>> len(reg), reg.size, reg.lookup_raw(("nic", "n1", "PortXmitData", (("port", "1"), ("device", "mlx5_0"))))
+    (1, 2, -1)
+    >>> reg.id_for("gpu", "n2", "DCGM_FI_DEV_GPU_UTIL", {"gpu": "0"}, None)   # the freed id, reused
+    0
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limits: SeriesLimits | None = None) -> None:
+        self.limits = limits or SeriesLimits()
         #: canonical keys and raw-order aliases -> id (the hot path indexes it directly)
         self._ids: dict[Any, int] = {}
         self.raw_ids = self._ids
+        #: per id: the series, or :data:`FREE` for an id that is free
         self.meta: list[SeriesMeta] = []
         self.counter = np.zeros(0, dtype=bool)
         self.scale = np.ones(0)
         self.layer_code = np.zeros(0, dtype=np.int8)
         self.unknown = np.zeros(0, dtype=bool)
-        #: :meth:`snapshot`'s rows so far (the registry only grows: each snapshot adds the new ones)
-        self._snapshot_rows: list[list[Any]] = []
+        #: per id: True while a series holds it
+        self.live = np.zeros(0, dtype=bool)
+        #: freed ids, the next one to reuse last
+        self.free: list[int] = []
+        #: live series per source
+        self.per_source: dict[str, int] = {}
+        self._live = 0
+        #: raw-order aliases per id (only for series first seen with their labels out of order)
+        self._aliases: dict[int, list[Any]] = {}
+        #: ids given out (new or reused) since the last :meth:`take_added`
+        self._added: list[int] = []
+        #: :meth:`snapshot`'s rows so far (kept up to date on reuse and eviction; new ids are appended)
+        self._snapshot_rows: list[list[Any] | None] = []
 
     def __len__(self) -> int:
+        return self._live
+
+    @property
+    def size(self) -> int:
+        """The id space: every id ever given out is below it (live or free)."""
         return len(self.meta)
 
     def lookup_raw(self, key: Any) -> int:
@@ -119,61 +182,149 @@ class SeriesRegistry:
         except TypeError:
             return -1
 
-    def id_for(self, layer: str, source: str, metric: str, labels: dict[str, str], kind: str | None) -> int:
+    def admit(self, layer: str, source: str, metric: str, labels: dict[str, str], kind: str | None) -> int:
+        """The id of a series, registering it if it is new and the limits allow; else
+        :data:`REFUSED_PARTITION` or :data:`REFUSED_SOURCE` (nothing is registered)."""
         key = series_key(layer, source, metric, labels)
         sid = self._ids.get(key)
         if sid is None:
+            lim = self.limits
+            if self._live >= lim.max_series:
+                return REFUSED_PARTITION
+            if self.per_source.get(source, 0) >= lim.max_per_source:
+                return REFUSED_SOURCE
             sid = self._add(layer, source, metric, labels, kind)
         alias = raw_key(layer, source, metric, labels)
         if alias != key and alias not in self._ids:
             self._ids[alias] = sid
+            self._aliases.setdefault(sid, []).append(alias)
         return sid
 
-    def _add(self, layer: str, source: str, metric: str, labels: dict[str, str], kind: str | None) -> int:
-        sid = len(self.meta)
-        key: SeriesKey = (sys.intern(layer), sys.intern(source), sys.intern(metric), _intern_labels(labels))
+    def id_for(self, layer: str, source: str, metric: str, labels: dict[str, str], kind: str | None) -> int:
+        """The id of a series, registered if new; raises :class:`SeriesLimitExceeded` if refused."""
+        sid = self.admit(layer, source, metric, labels, kind)
+        if sid < 0:
+            raise SeriesLimitExceeded(f"series cap ({REFUSED_REASONS[sid]}) refuses {layer}/{source}/{metric}")
+        return sid
+
+    def _add(self, layer: str, source: str, metric: str, labels: dict[str, str], kind: str | None,
+             sid: int | None = None) -> int:
+        if sid is None:
+            sid = self.free.pop() if self.free else len(self.meta)
+        source = sys.intern(source)
+        key: SeriesKey = (sys.intern(layer), source, sys.intern(metric), _intern_labels(labels))
         info = lookup(metric, kind)
         self._ids[key] = sid
-        self.meta.append(SeriesMeta(key, info))
-        if sid >= self.counter.shape[0]:
-            self.counter = grow(self.counter, sid + 1, False)
-            self.scale = grow(self.scale, sid + 1, 1.0)
-            self.layer_code = grow(self.layer_code, sid + 1, 0)
-            self.unknown = grow(self.unknown, sid + 1, False)
+        meta = SeriesMeta(key, info)
+        if sid >= len(self.meta):
+            self.meta.extend([FREE] * (sid + 1 - len(self.meta)))
+        self.meta[sid] = meta
+        self._ensure(sid + 1)
         self.counter[sid] = info.counter
         self.scale[sid] = info.scale
         self.layer_code[sid] = LAYER_CODES.get(layer, 0)
         self.unknown[sid] = info.meaning.value == "unknown"
+        self.live[sid] = True
+        self._live += 1
+        self.per_source[source] = self.per_source.get(source, 0) + 1
+        self._added.append(sid)
+        if sid < len(self._snapshot_rows):
+            self._snapshot_rows[sid] = _row(meta)
         return sid
+
+    def _ensure(self, size: int) -> None:
+        if size > self.counter.shape[0]:
+            self.counter = grow(self.counter, size, False)
+            self.scale = grow(self.scale, size, 1.0)
+            self.layer_code = grow(self.layer_code, size, 0)
+            self.unknown = grow(self.unknown, size, False)
+            self.live = grow(self.live, size, False)
+
+    def take_added(self) -> list[int]:
+        """The ids given out (new or reused) since the last call, in the order they were given."""
+        added, self._added = self._added, []
+        return added
+
+    def evict(self, sids: np.ndarray) -> list[SeriesMeta]:
+        """Forget the live series ``sids`` and free their ids; returns what they were.
+
+        Their keys no longer resolve, so a later sample of one of them is a new series. The caller
+        clears its per-series state of these ids (a reused id must start clean).
+        """
+        gone: list[SeriesMeta] = []
+        rows = self._snapshot_rows
+        for sid in sids.tolist():
+            meta = self.meta[sid]
+            if meta is FREE:
+                continue
+            del self._ids[meta.key]
+            for alias in self._aliases.pop(sid, ()):
+                del self._ids[alias]
+            left = self.per_source[meta.source] - 1
+            if left:
+                self.per_source[meta.source] = left
+            else:
+                del self.per_source[meta.source]
+            self.meta[sid] = FREE
+            self.free.append(sid)
+            if sid < len(rows):
+                rows[sid] = None
+            gone.append(meta)
+        if gone:
+            self.live[sids] = False
+            self._live -= len(gone)
+        return gone
 
     def get(self, key: SeriesKey) -> int | None:
         return self._ids.get(key)
 
-    def snapshot(self) -> list[Any]:
-        """Plain data: the keys in id order (metadata is rebuilt from the catalogue). Read-only: the
-        list is kept and extended by later calls."""
+    def snapshot(self) -> dict[str, Any]:
+        """Plain data: the keys in id order (``None`` for a free id; metadata is rebuilt from the
+        catalogue) and the free ids in reuse order. Read-only: the rows are kept and updated by later
+        calls."""
         rows = self._snapshot_rows
         if len(rows) < len(self.meta):
-            rows.extend([m.layer, m.source, m.metric, m.labels, "counter" if m.info.counter else "gauge"]
-                        for m in self.meta[len(rows):])
-        return rows
+            rows.extend(None if m is FREE else _row(m) for m in self.meta[len(rows):])
+        return {"rows": rows, "free": self.free}
 
     @classmethod
-    def restore(cls, data: list[Any]) -> SeriesRegistry:
-        reg = cls()
-        for layer, source, metric, labels, kind in data:
-            reg.id_for(layer, source, metric, labels, kind)
+    def restore(cls, data: list[Any] | dict[str, Any], limits: SeriesLimits | None = None) -> SeriesRegistry:
+        """The registry of :meth:`snapshot` (also a plain row list, the format before ids were reused),
+        with every series in its id. A snapshot holding more series than ``limits`` allow keeps them
+        all; new series are refused until evictions bring it below."""
+        reg = cls(limits)
+        rows, free = (data, []) if isinstance(data, list) else (data["rows"], data["free"])
+        for sid, row in enumerate(rows):
+            if row is None:
+                continue
+            layer, source, metric, labels, kind = row
+            reg._add(layer, source, metric, labels, kind, sid=sid)
+            alias = raw_key(layer, source, metric, labels)
+            if alias != reg.meta[sid].key:
+                reg._ids[alias] = sid
+                reg._aliases.setdefault(sid, []).append(alias)
+        if len(rows) > len(reg.meta):  # trailing free ids
+            reg.meta.extend([FREE] * (len(rows) - len(reg.meta)))
+            reg._ensure(len(rows))
+        reg.free = [int(sid) for sid in free]
+        if sorted(reg.free) != [sid for sid, row in enumerate(rows) if row is None]:
+            raise ValueError("series snapshot: the free ids do not match the free rows")
         return reg
 
     def nbytes(self) -> int:
         """Approximate bytes held by the registry (keys, metadata, per-series arrays)."""
-        arrays = self.counter.nbytes + self.scale.nbytes + self.layer_code.nbytes + self.unknown.nbytes
-        objects = sys.getsizeof(self._ids) + sys.getsizeof(self.meta)
+        arrays = (self.counter.nbytes + self.scale.nbytes + self.layer_code.nbytes + self.unknown.nbytes
+                  + self.live.nbytes)
+        objects = sys.getsizeof(self._ids) + sys.getsizeof(self.meta) + sys.getsizeof(self.free)
         for key, sid in self._ids.items():
             if self.meta[sid].key is key:
                 objects += sys.getsizeof(key) + sys.getsizeof(key[3]) + sum(sys.getsizeof(p) for p in key[3])
                 objects += sys.getsizeof(self.meta[sid])
         return arrays + objects
+
+
+def _row(m: SeriesMeta) -> list[Any]:
+    return [m.layer, m.source, m.metric, m.labels, "counter" if m.info.counter else "gauge"]
 
 
 #: Per-series arrays grow in steps of this many rows, and by this factor.

@@ -85,6 +85,15 @@ class RollingPercentiles:
             self.started = grow(self.started, size, False)
             self.last_ts = grow(self.last_ts, size, np.nan)
 
+    def clear(self, ids: np.ndarray) -> None:
+        """Forget series ``ids``: their rows as :meth:`register` leaves a new one (ids are reused)."""
+        ids = ids[ids < self.offset.shape[0]]
+        self.counts[ids] = 0
+        self.pane[ids] = _NO_PANE
+        self.offset[ids] = 0
+        self.started[ids] = False
+        self.last_ts[ids] = np.nan
+
     # -- grid -----------------------------------------------------------------------------------
     def _keys(self, x: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -177,6 +177,15 @@ class RobustScorer:
             self.profile = grow(self.profile, size, np.nan)
         self.direction[sid] = direction
 
+    def clear(self, ids: np.ndarray) -> None:
+        """Forget series ``ids``: their rows as :meth:`register` leaves a new one (ids are reused)."""
+        ids = ids[ids < self.count.shape[0]]
+        for name in (*self._F64, "novel"):
+            getattr(self, name)[ids] = 0.0
+        self.count[ids] = 0
+        self.direction[ids] = 0
+        self.profile[ids] = np.nan
+
     def _bin(self, ts: np.ndarray) -> np.ndarray:
         bins = self.config.bins
         return (np.mod(ts, 86400.0) * (bins / 86400.0)).astype(np.int64) % max(bins, 1)  # type: ignore[no-any-return]
