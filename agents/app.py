@@ -30,9 +30,10 @@ from agents.runtime import LockstepApp, Runtime, Topics, WorkerState, never_rais
 from agents.sink import CallbackSink, Emit, FaustSink, Sink
 from agents.snapshots import SnapshotWriter
 from agents.topics import CORRELATOR_STATE_TABLE, DETECTOR_STATE_TABLE, MAX_RECORD_BYTES, TopicCatalogue
+from models.errors import ConfigError
 from models.settings import LockstepSettings
 from streams.correlate import CorrelatorConfig
-from streams.detect import DetectorConfig
+from streams.detect import SCORERS, DetectorConfig
 from streams.health import ProgressWatch
 from streams.inventory import InventoryIndex
 from streams.lanes import SignalsConfig
@@ -43,7 +44,10 @@ __all__ = ["LockstepApp", "WorkerState", "build_app", "correlator_config", "dete
 
 
 def detector_config(settings: LockstepSettings) -> DetectorConfig:
+    if settings.scorer not in SCORERS:
+        raise ConfigError(f"LOCKSTEP_SCORER={settings.scorer!r}: not a scorer; one of {', '.join(sorted(SCORERS))}")
     return DetectorConfig(
+        scorer=settings.scorer,
         window=settings.baseline_window, min_samples=settings.baseline_min_samples,
         z_threshold=settings.z_threshold, score_threshold=settings.score_threshold,
         confirm=settings.confirm_samples, clear=settings.clear_samples,

@@ -159,6 +159,9 @@ class LockstepSettings(BaseSettings):
     confirm_samples: int = Field(default=2, ge=1, le=100)
     clear_samples: int = Field(default=5, ge=1, le=1000)
     min_relative_change: float = Field(default=0.2, ge=0, description="Ignore moves smaller than this fraction of p50")
+    scorer: str = Field(default="robust", min_length=1, description="The per-series scorer the detector runs: robust "
+                        "(seasonal robust z-scores, vectorised) or hst (river's HalfSpaceTrees per series, per-sample "
+                        "Python: for small deployments and evaluation)")
 
     # --- Series state (docs/operations.md, "Size") -------------------------------------------
     max_series_per_partition: int = Field(

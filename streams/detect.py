@@ -28,11 +28,13 @@ Time is an input: ``ts`` are event times in seconds; nothing reads a clock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from streams.catalogue import Direction, Mode
+from streams.scorers.base import SeriesScorer
 from streams.scorers.robust import RobustConfig, RobustScorer
 from streams.series import SeriesLimits, grow
 from streams.sketch import RollingPercentiles, SketchConfig
@@ -41,8 +43,6 @@ MODE_CODES = {Mode.LEVEL: 0, Mode.RATE: 1, Mode.ERRORS: 2, Mode.EVENT: 3, Mode.C
 DIR_CODES = {Direction.UP: 1, Direction.DOWN: -1, Direction.BOTH: 0}
 
 NORMAL, EPISODE = 0, 1
-#: A learned level and scale at or below this count as "clean" for fault counters.
-CLEAN_EPS = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,8 @@ class DetectorConfig:
     percentile_windows: tuple[float, ...] = (60.0, 300.0, 3600.0)
     #: Series held per input partition and per source, and idle series eviction.
     limits: SeriesLimits = field(default_factory=SeriesLimits)
+    #: The per-series scorer, by its name in :data:`SCORERS`.
+    scorer: str = "robust"
 
     def robust(self) -> RobustConfig:
         return RobustConfig.for_window(
@@ -76,6 +78,23 @@ class DetectorConfig:
 
     def sketch(self) -> SketchConfig:
         return SketchConfig(windows=self.percentile_windows)
+
+
+
+def _half_space_trees(cfg: DetectorConfig) -> SeriesScorer:
+    from streams.scorers.hst import HalfSpaceTreesScorer, HSTConfig  # river is imported only when chosen
+
+    return HalfSpaceTreesScorer(HSTConfig(min_samples=cfg.min_samples, z_threshold=cfg.z_threshold,
+                                          threshold=cfg.score_threshold))
+
+
+#: The per-series scorers :class:`DetectorBank` can run (the ``scorer`` setting), each one module under
+#: streams/scorers/ keeping the :class:`streams.scorers.base.SeriesScorer` contract. A new scorer is its
+#: module plus one line here.
+SCORERS: dict[str, Callable[[DetectorConfig], SeriesScorer]] = {
+    "robust": lambda cfg: RobustScorer(cfg.robust()),
+    "hst": _half_space_trees,
+}
 
 
 @dataclass(slots=True)
@@ -109,7 +128,9 @@ class DetectorBank:
 
     def __init__(self, config: DetectorConfig) -> None:
         self.config = config
-        self.scorer = RobustScorer(config.robust())
+        if config.scorer not in SCORERS:
+            raise ValueError(f"unknown scorer {config.scorer!r}: one of {', '.join(sorted(SCORERS))}")
+        self.scorer: SeriesScorer = SCORERS[config.scorer](config)
         self.sketch = RollingPercentiles(config.sketch())
         self.mode = np.zeros(0, dtype=np.int8)
         self.bad_dir = np.zeros(0, dtype=np.int8)
@@ -157,8 +178,7 @@ class DetectorBank:
         special = mode >= 2
         if special.any():
             # Fault counters on clean series: any increment is bad, scored by its rate.
-            sc = self.scorer
-            clean = ev.warm & (mode == 2) & (np.abs(sc.level[ids]) <= CLEAN_EPS) & (sc.mad_level[ids] <= CLEAN_EPS)
+            clean = ev.warm & (mode == 2) & self.scorer.clean(ids)
             if clean.any():
                 rate = np.maximum(x[clean], 0.0)
                 s = np.where(rate > 0, np.maximum(cfg.score_threshold,
@@ -204,7 +224,7 @@ class DetectorBank:
         ep_len = np.where(in_ep, self.episode_len[ids] + 1, 0)
         # Baseline: learn normal values; during an episode only once it outlived the window.
         learn = ((~bad & ~in_ep) | (in_ep & (ep_len > cfg.window))) & ~start
-        self.scorer.learn(ids, x, ev, learn)  # type: ignore[arg-type]
+        self.scorer.learn(ids, x, ev, learn)
         self.sketch.add(ids, ts, x)
         new_state = np.where(start, EPISODE, np.where(end, NORMAL, state)).astype(np.int8)
         new_run = np.where(start | end, 0, new_run)
@@ -252,7 +272,9 @@ class DetectorBank:
             self.register(n - 1, Mode.LEVEL, Direction.UP)
         for name in self._FIELDS:
             getattr(self, name)[:n] = data[f"detect.{name}"]
-        self.scorer.restore({k[len("detect."):]: v for k, v in data.items() if k.startswith("detect.robust.")})
+        own = {f"detect.{name}" for name in self._FIELDS}
+        self.scorer.restore({k[len("detect."):]: v for k, v in data.items()
+                             if k.startswith("detect.") and k not in own and not k.startswith("detect.sketch.")})
         self.sketch.restore({k[len("detect."):]: v for k, v in data.items() if k.startswith("detect.sketch.")})
         self._n = n
 

@@ -69,7 +69,9 @@ class HalfSpaceTreesScorer:
                                    seed=cfg.seed * 1_000_003 + sid),
         )
 
-    def register(self, sid: int) -> None:
+    def register(self, sid: int, direction: int = 0) -> None:
+        """Declare entity ``sid`` (dense ids). ``direction`` is accepted for the series contract and not
+        used: a half-space tree finds a row unusual in any direction."""
         while len(self.models) <= sid:
             self.models.append(self._model(len(self.models)))
         if self.hist.shape[0] < len(self.models):
@@ -77,35 +79,80 @@ class HalfSpaceTreesScorer:
             self.hist = np.vstack([self.hist, np.zeros((extra, self.config.history))])
             self.count = np.concatenate([self.count, np.zeros(extra, dtype=np.int64)])
 
-    def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Score then learn rows ``x`` (shape ``(n, dim)``) of entities ``ids``."""
+    def clear(self, ids: np.ndarray) -> None:
+        """Forget entities ``ids`` (reused ids start from a new model, as :meth:`register` makes one)."""
+        for sid in ids.tolist():
+            if sid < len(self.models):
+                self.models[sid] = self._model(sid)
+                self.hist[sid] = 0.0
+                self.count[sid] = 0
+
+    def evaluate(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> HSTScores:
+        """Score rows ``x`` of entities ``ids`` without learning (the raw scores go to :meth:`learn`)."""
         cfg = self.config
         x = np.asarray(x, dtype=np.float64).reshape(ids.shape[0], self.dim)
-        out = np.zeros(ids.shape[0])
+        score = np.zeros(ids.shape[0])
+        raw = np.zeros(ids.shape[0])
+        rows = []
         for k, sid in enumerate(ids.tolist()):
-            model = self.models[sid]
             row = {f"f{j}": float(v) for j, v in enumerate(x[k])}
-            raw = float(model.score_one(row))
-            model.learn_one(row)
+            rows.append(row)
+            raw[k] = r = float(self.models[sid].score_one(row))
             n = int(self.count[sid])
             filled = min(n, cfg.history)
             if n >= cfg.min_samples and filled > 0:
                 h = self.hist[sid, :filled]
                 med = float(np.median(h))
                 mad = 1.4826 * float(np.median(np.abs(h - med)))
-                z = (raw - med) / max(mad, 1e-9)
-                out[k] = float(calibrate(np.array([z]), cfg.z_threshold)[0])
-            self.hist[sid, n % cfg.history] = raw
-            self.count[sid] = n + 1
-        return out
+                score[k] = float(calibrate(np.array([(r - med) / max(mad, 1e-9)]), cfg.z_threshold)[0])
+        warm = self.count[ids] >= cfg.min_samples
+        return HSTScores(score, np.zeros(ids.shape[0]), warm, raw, rows)
 
-    def snapshot(self) -> dict[str, np.ndarray]:
+    def learn(self, ids: np.ndarray, x: np.ndarray, ev: HSTScores, mask: np.ndarray | None = None) -> None:
+        """The models learn the rows of ``mask`` (all by default); every scored row enters the entity's
+        calibration ring (what its raw scores usually are)."""
+        cfg = self.config
+        for k, sid in enumerate(ids.tolist()):
+            if mask is None or mask[k]:
+                self.models[sid].learn_one(ev.rows[k])
+            n = int(self.count[sid])
+            self.hist[sid, n % cfg.history] = ev.raw[k]
+            self.count[sid] = n + 1
+
+    def clean(self, ids: np.ndarray) -> np.ndarray:
+        """Never: a half-space tree has no learned level to be zero (fault counters are judged by score)."""
+        return np.zeros(ids.shape[0], dtype=bool)
+
+    def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Score then learn rows ``x`` (shape ``(n, dim)``) of entities ``ids``."""
+        ev = self.evaluate(ids, ts, x)
+        self.learn(ids, x, ev)
+        return ev.score
+
+    def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
         """Models as a pickled blob (internal, trusted state only) plus the calibration arrays."""
-        blob = pickle.dumps(self.models, protocol=pickle.HIGHEST_PROTOCOL)
-        return {"hst.models": np.frombuffer(blob, dtype=np.uint8).copy(), "hst.hist": self.hist.copy(),
-                "hst.count": self.count.copy()}
+        n = len(self.models) if n is None else n
+        blob = pickle.dumps(self.models[:n], protocol=pickle.HIGHEST_PROTOCOL)
+        return {"hst.models": np.frombuffer(blob, dtype=np.uint8).copy(), "hst.hist": self.hist[:n].copy(),
+                "hst.count": self.count[:n].copy()}
 
     def restore(self, data: dict[str, np.ndarray]) -> None:
         self.models = pickle.loads(data["hst.models"].tobytes())  # our own snapshot, never foreign bytes
         self.hist = data["hst.hist"].copy()
         self.count = data["hst.count"].copy()
+
+    @property
+    def nbytes_per_series(self) -> float:
+        """Calibration arrays per entity (the river models' own objects are not counted)."""
+        return float(self.hist.itemsize * self.config.history + self.count.itemsize)
+
+
+@dataclass(slots=True)
+class HSTScores:
+    """Per-row outputs of :meth:`HalfSpaceTreesScorer.evaluate` (raw scores and rows handed to ``learn``)."""
+
+    score: np.ndarray
+    novelty: np.ndarray
+    warm: np.ndarray
+    raw: np.ndarray
+    rows: list[dict[str, float]]

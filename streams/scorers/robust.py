@@ -61,6 +61,10 @@ MEANS, LOWS, HIGHS, PEAK, RECENT = slice(0, 2), slice(2, 5), slice(5, 8), 8, 9
 NOVEL_COLUMNS = 10
 
 
+#: A learned level and scale at or below this count as zero (:meth:`RobustScorer.clean`).
+CLEAN_EPS = 1e-6
+
+
 @dataclass(frozen=True, slots=True)
 class RobustConfig:
     """Tuning of :class:`RobustScorer` (rates are per sample)."""
@@ -305,6 +309,10 @@ class RobustScorer:
         err_s = self.err_season[ids]
         # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
         self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, np.abs(r_s), 2.0 * np.abs(r_l)) - err_s)
+
+    def clean(self, ids: np.ndarray) -> np.ndarray:
+        """Series whose learned level and scale are both zero (a fault counter with no error so far)."""
+        return (np.abs(self.level[ids]) <= CLEAN_EPS) & (self.mad_level[ids] <= CLEAN_EPS)  # type: ignore[no-any-return]
 
     def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Score then learn (the :class:`streams.scorers.base.Scorer` contract); returns ``score``."""

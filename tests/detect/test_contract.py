@@ -121,3 +121,90 @@ def test_better_than_chance_on_a_labelled_stream(case: Case) -> None:
     scores = run(case.make(11), stream)
     warm = slice(300, None)
     assert auc(scores[warm], stream.label[warm]) > 0.8
+
+
+# -- the same contract through the bank production runs (streams.detect.DetectorBank) ------------------
+from streams.catalogue import Direction, Mode  # noqa: E402
+from streams.detect import SCORERS, DetectorBank, DetectorConfig  # noqa: E402
+from streams.scorers.base import SeriesScorer  # noqa: E402
+
+
+def bank_for(name: str, n: int = 6) -> DetectorBank:
+    bank = DetectorBank(DetectorConfig(scorer=name, min_samples=100))
+    for sid in range(n):
+        bank.register(sid, Mode.LEVEL, Direction.BOTH)
+    return bank
+
+
+def run_bank(bank: DetectorBank, stream: Stream, start: int = 0, stop: int | None = None
+             ) -> tuple[np.ndarray, list[tuple[int, int, float]]]:
+    """Per-step scores and the episode transitions (step, series, phase) the bank reported."""
+    stop = stream.ts.shape[0] if stop is None else stop
+    ids = np.arange(stream.x.shape[1])
+    scores, transitions = [], []
+    for t in range(start, stop):
+        tr = bank.update(ids, np.full(ids.size, stream.ts[t]), stream.x[t])
+        scores.append(bank.last_scores.score.copy())
+        transitions += [(t, int(ids[p]), int(ph)) for p, ph in zip(tr.pos.tolist(), tr.phase.tolist(), strict=True)]
+    return np.array(scores), transitions
+
+
+@pytest.fixture(params=sorted(SCORERS))
+def scorer_name(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+def test_every_registered_scorer_keeps_the_series_contract(scorer_name: str) -> None:
+    bank = bank_for(scorer_name)
+    assert isinstance(bank.scorer, SeriesScorer)
+    assert 0.0 < bank.scorer.threshold < 1.0
+
+
+def test_through_the_bank_scores_stay_in_range(scorer_name: str) -> None:
+    stream = labelled_stream(4, steps=900)
+    stream.x[450, 1] = 1e12  # absurd but finite
+    scores, transitions = run_bank(bank_for(scorer_name), stream)
+    assert np.isfinite(scores).all() and (scores >= 0).all() and (scores <= 1).all()
+    assert all(phase in (0, 1) for _, _, phase in transitions)
+
+
+def test_the_default_scorer_finds_the_spikes_through_the_bank() -> None:
+    """Skill is not part of the contract: measured through the bank on this stream, the robust scorer's AUC is
+    0.89-0.91, river's HalfSpaceTrees per series 0.40-0.61 (no better than chance univariate: docs/detection.md),
+    so it stays selectable for evaluation and is not the default."""
+    stream = labelled_stream(4, steps=900)
+    scores, transitions = run_bank(bank_for("robust"), stream)
+    assert auc(scores[300:], stream.label[300:]) > 0.8
+    assert any(phase == 1 for _, _, phase in transitions)
+
+
+def test_through_the_bank_a_snapshot_round_trip_gives_identical_transitions(scorer_name: str) -> None:
+    stream = labelled_stream(5, steps=700)
+    a = bank_for(scorer_name)
+    run_bank(a, stream, 0, 350)
+    b = DetectorBank(DetectorConfig(scorer=scorer_name, min_samples=100))
+    b.restore(a.snapshot(6))
+    sa, ta = run_bank(a, stream, 350)
+    sb, tb = run_bank(b, stream, 350)
+    assert np.array_equal(sa, sb) and ta == tb
+
+
+def test_through_the_bank_a_cleared_series_starts_afresh(scorer_name: str) -> None:
+    stream = labelled_stream(6, steps=500)
+    used = bank_for(scorer_name)
+    run_bank(used, stream, 0, 400)
+    used.clear(np.array([2]))
+    fresh = bank_for(scorer_name)
+    one = Stream(stream.ts[400:], stream.x[400:, 2:3], stream.label[400:, 2:3])
+    reused = DetectorBank(DetectorConfig(scorer=scorer_name, min_samples=100))
+    reused.restore(used.snapshot(6))
+    got = [reused.update(np.array([2]), np.array([t]), x).phase.tolist() or reused.last_scores.score.tolist()
+           for t, x in zip(one.ts.tolist(), one.x, strict=True)]
+    want = [fresh.update(np.array([2]), np.array([t]), x).phase.tolist() or fresh.last_scores.score.tolist()
+            for t, x in zip(one.ts.tolist(), one.x, strict=True)]
+    assert got == want
+
+
+def test_an_unknown_scorer_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown scorer 'nope'"):
+        DetectorBank(DetectorConfig(scorer="nope"))
