@@ -89,6 +89,7 @@ class LocalRunner:
         """End of input: every open window closes."""
         self._advance()
         for corr in self.correlators:
+            corr.correlator.expect_inputs(set(self.pipelines))
             self._collect(corr.on_record({"type": "watermark", "origins": {}, "eos": sorted(self.pipelines)}, 0.0))
         return self.result
 

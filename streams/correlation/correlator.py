@@ -70,6 +70,11 @@ class Correlator:
     def current_watermark(self, now_wall: float) -> float:
         return self.clock.current(now_wall)
 
+    def expect_inputs(self, origins: set[str]) -> None:
+        """From now on wait for exactly these input partitions, as a replay does (their end-of-input markers
+        then end the input: the final flush). For a runner that knows its inputs only at the end."""
+        self.clock.expected = set(origins)
+
     # -- inputs ---------------------------------------------------------------------------------
     def on_record(self, rec: dict[str, Any], now_wall: float) -> CorrelatorOutput:
         """Fold one ``anomalies`` record in; return alerts whose verdicts became due."""
