@@ -1,0 +1,154 @@
+"""Real captures of fabric topology (ibnetdiscover -p, lldpctl) and Slurm (data_parser v0.0.44 jobs,
+node states as JSON and text) -> inventory events, and what the inventory index makes of them.
+
+Provenance of every fixture: the README beside it in tests/fixtures/formats/<format>/.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from models.inventory import inventory_adapter
+from streams.formats.slurm import node_state
+from streams.inventory import InventoryIndex
+
+from .helpers import T0, run
+
+
+def _index(*outs) -> InventoryIndex:  # type: ignore[no-untyped-def]
+    index = InventoryIndex()
+    for out in outs:
+        for e in out.inventory:
+            index.apply(inventory_adapter.validate_python(e))
+    return index
+
+
+# -- ibnetdiscover -p ------------------------------------------------------------------------------
+
+def test_ibnetdiscover_ports_report_gives_one_link_per_host_port_and_tiers_from_the_cabling():
+    out = run("ibnetdiscover", "ibnetdiscover/ports.txt")
+    links = [e for e in out.inventory if e["kind"] == "link"]
+    assert [(e["node"], e["device"], e["port"], e["switch"], e["switch_port"]) for e in links] == [
+        ("o0001", "HCA-1", "1", "ib-i1l1s01", "10"),
+        ("o0002", "HCA-1", "1", "ib-i1l1s01", "11"),
+        ("p0001", "HCA-1", "1", "ib-i4l1s01", "35")]
+    switches = {e["switch"]: (e["tier"], e["uplinks"]) for e in out.inventory if e["kind"] == "switch"}
+    assert switches == {"ib-i1l1s01": ("leaf", ["ib-i1l2s01"]), "ib-i4l1s01": ("leaf", []),
+                        "ib-i1l2s01": ("spine", [])}
+    # each cable is printed from both ends; the unconnected port 37 is skipped, not rejected
+    assert out.rejections == [] and out.skipped == {"port with no peer (???)": 1}
+
+
+def test_ibnetdiscover_topology_reaches_jobs_through_port_leaf_and_spine():
+    topo = run("ibnetdiscover", "ibnetdiscover/ports.txt")
+    index = _index(topo)
+    for job, nodes in (("a", ["o0001", "o0002"]), ("b", ["p0001"])):
+        index.apply(inventory_adapter.validate_python({"kind": "job", "ts": T0, "job_id": job, "state": "RUNNING",
+                                                       "nodes": nodes, "gpus_per_node": 4}))
+    assert [(a.job_id, a.relation) for a in index.affected_jobs("switch", "ib-i1l1s01", {"port": "11"}, T0)] == [
+        ("a", "port")]
+    assert [(a.job_id, a.relation) for a in index.affected_jobs("switch", "ib-i1l1s01", {}, T0)] == [("a", "switch")]
+    assert index.tiers["ib-i1l2s01"] == "spine"
+    # job a sits under one leaf only: the spine carries none of its training traffic
+    assert index.affected_jobs("switch", "ib-i1l2s01", {}, T0) == []
+
+
+def test_ibnetdiscover_rejects_a_line_that_is_not_a_port_line_and_needs_a_time():
+    out = run("ibnetdiscover", b"CA   134  1 0x7c 4x EDR - SW  1719 10 0x7c ( 'o0001 HCA-1' - 'leaf' )\nhello\n")
+    assert [(r.record, r.reason[:30]) for r in out.rejections] == [("line 2", "not an ibnetdiscover -p line: ")]
+    assert len([e for e in out.inventory if e["kind"] == "link"]) == 1
+    assert "no time" in run("ibnetdiscover", "ibnetdiscover/ports.txt", ts=None).rejections[0].reason
+
+
+# -- lldpctl ---------------------------------------------------------------------------------------
+
+def test_lldpctl_json0_of_a_rail_optimised_roce_node_gives_one_link_per_nic():
+    out = run("lldpctl", "lldpctl/gpu_node_json0.json", headers={"source": "gpu-node-1"})
+    assert [(e["node"], e["device"], e["switch"], e["switch_port"], e["fabric"]) for e in out.inventory] == [
+        ("gpu-node-1", "ens1np0", "StorageSW", "Ethernet120", "roce"),
+        ("gpu-node-1", "ens841np0", "LEAF03", "Ethernet184", "roce"),
+        ("gpu-node-1", "ens842np0", "LEAF04", "Ethernet184", "roce"),
+        ("gpu-node-1", "ens110np0", "LEAF02", "Ethernet184", "roce"),
+        ("gpu-node-1", "ens108np0", "LEAF01", "Ethernet184", "roce")]
+    assert out.rejections == []
+
+
+def test_lldpctl_without_a_host_name_is_rejected_not_guessed():
+    out = run("lldpctl", "lldpctl/gpu_node_json0.json")
+    assert out.inventory == [] and "does not name its host" in out.rejections[0].reason
+
+
+# -- Slurm data_parser v0.0.44 (25.11) GPU counts ---------------------------------------------------
+
+@pytest.mark.parametrize("fixture, job_id, nodes, per_node", [
+    # --gpus-per-node 1 --nodes 2: tres_alloc_str names no GPU; gres_detail and tres_per_node do
+    ("job_gpus_per_node.json", "5680", ["gpu1", "gpu2"], 1),
+    # --gpus-per-node h100:1: a typed count
+    ("job_gpus_per_node_typed.json", "4716", ["gpu1"], 1),
+    # --gpus-per-task 2 --ntasks 2: tres_per_task x tasks, and gres_detail gpu:h100:4(IDX:0-3)
+    ("job_gpus_per_task.json", "5512", ["gpu1"], 4),
+])
+def test_slurm_25_11_gpu_counts_come_from_gres_detail_and_tres_per_fields(fixture, job_id, nodes, per_node):
+    out = run("slurm-squeue", f"slurm-squeue-v0044/{fixture}", ts=None)
+    (job,) = out.inventory
+    assert (job["job_id"], job["nodes"], job["gpus_per_node"], job["state"]) == (job_id, nodes, per_node, "RUNNING")
+    assert out.rejections == []
+
+
+def test_gpu_count_is_unknown_when_no_field_names_gpus_and_zero_for_a_cpu_record():
+    raw = b'{"jobs": [{"job_id": 1, "job_state": "RUNNING", "nodes": "n1", "start_time": 1764502000}]}'
+    (job,) = run("slurm-squeue", raw).inventory
+    assert job["gpus_per_node"] is None
+    info = _index(run("slurm-squeue", raw)).job("1")
+    assert info is not None and info.gpus_unknown and info.gpus == 0 and info.gpus_text == "? GPUs"
+    cpu = raw.replace(b'"nodes"', b'"tres_alloc_str": "cpu=4,mem=1G,node=1", "nodes"')
+    assert run("slurm-squeue", cpu).inventory[0]["gpus_per_node"] == 0
+
+
+def test_licences_become_pools_only_when_configured():
+    raw = (b'{"jobs": [{"job_id": 1, "job_state": "RUNNING", "nodes": "n1", "start_time": 1764502000,'
+           b' "tres_alloc_str": "cpu=4", "licenses": "matlab:1,scratch:1"}]}')
+    assert run("slurm-squeue", raw).inventory[0]["storage"] == []
+    assert run("slurm-squeue", raw, headers={"license-pools": "scratch=lustre-a"}).inventory[0]["storage"] == [
+        "lustre-a"]
+
+
+# -- node states -----------------------------------------------------------------------------------
+
+def test_scontrol_show_node_json_v0044_drained_node_with_reason_and_since():
+    out = run("slurm-nodes", "slurm-nodes/node_drain_v0044.json", ts=None)
+    assert out.inventory == [{"kind": "node", "ts": 1762942588.0, "node": "cn2", "state": "drained",
+                              "flags": ["IDLE", "DRAIN"], "reason": "ECC memory error", "since": 1762942585.0}]
+
+
+def test_scontrol_show_node_text_slurm_17_11():
+    out = run("scontrol-nodes", "slurm-nodes/scontrol_show_node.txt")
+    assert [(e["node"], e["state"], e.get("reason")) for e in out.inventory] == [
+        ("cortex-01", "alloc", None), ("dumfries-002", "alloc", None),
+        ("oxygen-04", "drained", "memory issues? [root@2019-01-29T10:42:12]"), ("cricket", "idle", None)]
+    assert out.rejections == []
+
+
+@pytest.mark.parametrize("words, state", [
+    (["IDLE", "DRAIN"], "drained"), (["MIXED", "DRAIN"], "draining"), (["ALLOCATED", "DRAIN"], "draining"),
+    (["DOWN", "DRAIN", "NOT_RESPONDING"], "down"), (["DOWN*"], "down"), (["IDLE", "FAIL"], "fail"),
+    (["MIXED", "FAIL"], "failing"), (["IDLE"], "idle"), (["MIXED"], "mixed"), (["IDLE", "CLOUD", "POWERED_DOWN"],
+                                                                              "idle"),
+    (["FUTURE"], "unknown"),
+])
+def test_node_state_folds_base_state_and_flags(words, state):
+    assert node_state(words) == state
+
+
+def test_the_index_names_the_drained_node_behind_a_switch_port():
+    index = _index(run("ibnetdiscover", "ibnetdiscover/ports.txt"))
+    index.apply(inventory_adapter.validate_python({"kind": "node", "ts": T0, "node": "o0002", "state": "drained",
+                                                   "flags": ["IDLE", "DRAIN"], "reason": "ECC memory error",
+                                                   "since": T0 - 60}))
+    (status,) = index.unhealthy_nodes("switch", "ib-i1l1s01", {"port": "11"})
+    assert status.describe() == 'o0002 is drained ("ECC memory error", since 2025-11-30T11:41:10.000Z)'
+    assert index.unhealthy_nodes("switch", "ib-i1l1s01", {"port": "10"}) == []
+    assert [s.node for s in index.unhealthy_nodes("gpu", "o0002", {})] == ["o0002"]
+    # an older event does not overwrite a newer one
+    index.apply(inventory_adapter.validate_python({"kind": "node", "ts": T0 - 600, "node": "o0002", "state": "idle"}))
+    assert index.node_state("o0002").state == "drained"  # type: ignore[union-attr]
