@@ -152,3 +152,46 @@ def test_the_index_names_the_drained_node_behind_a_switch_port():
     # an older event does not overwrite a newer one
     index.apply(inventory_adapter.validate_python({"kind": "node", "ts": T0 - 600, "node": "o0002", "state": "idle"}))
     assert index.node_state("o0002").state == "drained"  # type: ignore[union-attr]
+
+
+# -- catalogue names from issue 20, scrape noise, lustre_exporter job attribution -----------------------
+
+@pytest.mark.parametrize("name, meaning", [
+    ("req_cqe_error", "retransmits"), ("resp_cqe_error", "retransmits"), ("infiniband_req_cqe_error", "retransmits"),
+    ("rx_steer_missed_packets", "drops"), ("tx_mac_control_phy", "congestion"),
+    ("ethtool_rx_steer_missed_packets", "drops"), ("DCGM_FI_DEV_SLOWDOWN_TEMP", "temperature"),
+    ("DCGM_FI_DEV_PSTATE", "throttle"), ("DCGM_FI_DEV_FAN_SPEED", "temperature"),
+    ("lustre_job_read_bytes_total", "throughput"), ("lustre_job_write_bytes_total", "throughput"),
+])
+def test_names_seen_on_real_clusters_have_a_meaning(name, meaning):
+    from streams.catalogue import lookup
+
+    assert lookup(name).meaning.value == meaning
+
+
+# A unit test of the noise rule (exposition lines in the shape every Go exporter prints), not a fixture.
+NOISY = b"""# TYPE go_goroutines gauge
+go_goroutines 7
+process_resident_memory_bytes 1.1767808e+07
+promhttp_metric_handler_requests_total{code="200"} 1
+scrape_duration_seconds 0.01
+node_infiniband_symbol_error_total{device="mlx5_0",port="1"} 3
+"""
+
+
+def test_scrape_noise_is_dropped_and_counted_unless_kept():
+    out = run("prometheus", NOISY, headers={"source": "gpu001"})
+    assert [s["metric"] for s in out.samples] == ["node_infiniband_symbol_error_total"]
+    assert out.skipped == {"scrape noise (go_*, process_*, promhttp_*, scrape_*)": 4}
+    kept = run("prometheus", NOISY, headers={"source": "gpu001", "keep-noise": "true"})
+    assert len(kept.samples) == 5 and kept.skipped == {}
+
+
+def test_lustre_exporter_job_bytes_are_attributed_to_the_job_like_job_stats():
+    from streams.contention import is_job_write_burst
+
+    line = b'lustre_job_write_bytes_total{component="ost",jobid="4242",target="lustre-OST0000"} 1.5e+09\n'
+    (sample,) = run("prometheus", line, headers={"source": "lustre-a"}).samples
+    assert (sample["layer"], sample["source"], sample["labels"]["job_id"]) == ("storage", "lustre-a", "4242")
+    rec = {"layer": sample["layer"], "meaning": "throughput", "metric": sample["metric"], "labels": sample["labels"]}
+    assert is_job_write_burst(rec)
