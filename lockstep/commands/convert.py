@@ -28,7 +28,6 @@ import orjson
 from lockstep.safetext import safe_text
 from models.samples import MAX_MESSAGE_BYTES
 
-
 #: The reason every metric carrier gives a sample that nothing names the source of.
 _NO_SOURCE = ": no source: "
 
