@@ -63,7 +63,8 @@ def squeue(event: dict[str, Any]) -> bytes:
     return orjson.dumps({"jobs": [{
         "job_id": event["job_id"], "name": event["name"], "user_name": "alice", "job_state": [event["state"]],
         "nodes": event["nodes"], "tres_alloc_str": f"cpu={len(nodes) * 64},node={len(nodes)},billing=64",
-        "tres_per_node": f"gres/gpu:{per_node}", "gres_detail": [f"gpu:h100:{per_node}(IDX:0-{per_node - 1})"] * len(nodes),
+        "tres_per_node": f"gres/gpu:{per_node}",
+        "gres_detail": [f"gpu:h100:{per_node}(IDX:0-{per_node - 1})"] * len(nodes),
         "start_time": {"set": True, "infinite": False, "number": event["ts"]}}],
         "meta": {"plugin": {"data_parser": "data_parser/v0.0.44"}}})
 
