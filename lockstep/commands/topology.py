@@ -1,7 +1,7 @@
 """``lockstep topology FILE...``: what the fabric files teach Lockstep, and what is still missing.
 
 Reads any inventory format (``ibnetdiscover -p``, ``lldpctl -f json``/``json0``, the Crux CSV, and
-``squeue``/``sacct``/``scontrol show node`` output for the list of nodes that should be cabled),
+``squeue``/``sacct``/``scontrol show node|job`` output for the list of nodes that should be cabled),
 through :func:`streams.formats.convert`, the code path the agents use, and prints:
 
 - the switches by tier (leaf, spine, core), each leaf with its hosts and uplinks;
@@ -26,7 +26,7 @@ from typing import TextIO
 from lockstep.safetext import safe_text
 
 _INVENTORY_FORMATS = ("ibnetdiscover", "lldpctl", "crux-topology", "slurm-squeue", "slurm-sacct", "slurm-nodes",
-                      "scontrol-nodes", "k8s-pods")
+                      "scontrol-nodes", "scontrol-jobs", "k8s-pods")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -69,6 +69,8 @@ def detect_format(raw: bytes) -> str | None:
         return None
     if "NodeName=" in first:
         return "scontrol-nodes"
+    if "JobId=" in first:
+        return "scontrol-jobs"
     if "ip" in first.split(",") and "ASW" in first:
         return "crux-topology"
     return None

@@ -101,6 +101,9 @@ _ADAPTERS: tuple[Adapter, ...] = (
     Adapter("scontrol-nodes", slurm.convert_scontrol_nodes, "inventory", False,
             "`scontrol show node` text -> node events (State=, Reason=)",
             "https://slurm.schedmd.com/scontrol.html#OPT_show"),
+    Adapter("scontrol-jobs", slurm.convert_scontrol_jobs, "inventory", False,
+            "`scontrol show job -d` text -> job events (GPUs from TRES, detail GRES, JOB_GRES, TresPerNode)",
+            "https://slurm.schedmd.com/scontrol.html#OPT_show"),
 )
 
 #: Every format by name.

@@ -438,7 +438,10 @@ def convert_nodes(raw: bytes, ctx: Context) -> None:
                 ctx.reject(rec, str(exc))
 
 
-_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)=")
+# Keys may hold ``/`` and ``:`` (``CPUs/Task=1``, ``AllocNode:Sid=...``, ``ReqB:S:C:T=...``).
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
+# A lone ``Key:value`` line (``NtasksPerTRES:0``) is scontrol output too, with nothing we read.
+_COLON_LINE = re.compile(r"^\s*[A-Za-z][A-Za-z0-9_/]*:\S*\s*$")
 
 
 def _key_values(line: str) -> list[tuple[str, str]]:
@@ -465,7 +468,7 @@ def scontrol_records(text: str, first_key: str) -> tuple[list[tuple[int, dict[st
     bad: list[int] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         pairs = _key_values(line)
-        if not pairs and line.strip():
+        if not pairs and line.strip() and not _COLON_LINE.match(line):
             bad.append(lineno)
         for key, value in pairs:
             if key == first_key:
@@ -506,3 +509,132 @@ def convert_scontrol_nodes(raw: bytes, ctx: Context) -> None:
         if reason and reason != "(null)":
             event["reason"] = reason[:256]
         ctx.event(f"line {lineno}", event)
+
+
+# -- scontrol show job -d text ---------------------------------------------------------------------
+def _idx_count(spec: str) -> int:
+    """GPUs named by an index list: ``0,2-3,5`` -> 4.
+
+    >>> _idx_count("0,2-3,5"), _idx_count("5")
+    (4, 1)
+    """
+    total = 0
+    for part in spec.split(","):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise _Bad(f"GRES index list {spec[:30]!r} is not a list of indices")
+        total += int(hi) - int(lo) + 1 if sep else 1
+    return total
+
+
+def _detail_gpus(gres: str) -> int:
+    """GPUs of one ``-d`` detail line's ``GRES=``/``GRES_IDX=``: ``gpu:rtx2080:1(IDX:1),gg:g0(CNT:1)`` -> 1,
+    ``gpu(IDX:0,2-3,5)`` -> 4 (no count: the index list says how many)."""
+    total = 0
+    for item in re.findall(r"([^,(]+)(?:\(([^)]*)\))?", gres):
+        name, paren = item[0].strip(), item[1]
+        if name != "gpu" and not name.startswith("gpu:"):
+            continue
+        parts = name.split(":")
+        if len(parts) >= 2 and parts[-1].isdigit():
+            total += int(parts[-1])
+        elif paren.startswith("IDX:") and paren[4:] not in ("", "N/A"):
+            total += _idx_count(paren[4:])
+        else:
+            total += 1
+    return total
+
+
+def _job_text_records(text: str) -> tuple[list[tuple[int, dict[str, str], list[tuple[str, str]]]], list[int]]:
+    """``(line, fields, [(detail Nodes, detail GRES)...])`` per ``JobId=`` record, and bad lines."""
+    records: list[tuple[int, dict[str, str], list[tuple[str, str]]]] = []
+    bad: list[int] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        pairs = _key_values(line)
+        if not pairs and line.strip() and not _COLON_LINE.match(line):
+            bad.append(lineno)
+        keys = dict(pairs)
+        if "JobId" in keys:
+            records.append((lineno, {}, []))
+        if not records:
+            continue
+        if "Nodes" in keys and "CPU_IDs" in keys:  # a -d detail line, one per group of nodes
+            records[-1][2].append((keys["Nodes"], keys.get("GRES", keys.get("GRES_IDX", ""))))
+            continue
+        for key, value in pairs:
+            records[-1][1].setdefault(key, value)
+    return records, bad
+
+
+def _job_text_gpus(fields: dict[str, str], details: list[tuple[str, str]], nodes: list[str]) -> int:
+    n = len(nodes)
+    total = _gres_count(fields.get("TRES"), "TRES")
+    if not total and details:
+        total = sum(_detail_gpus(gres) * len(_nodes(spec)) for spec, gres in details)
+    if not total:
+        job_gres = fields.get("JOB_GRES")
+        total = _gres_count(job_gres, "JOB_GRES") if job_gres not in (None, "(null)") else None
+    if not total and n:
+        per_node = fields.get("TresPerNode")
+        count = _gres_count(per_node, "TresPerNode") if per_node not in (None, "(null)") else None
+        if count:
+            return count
+    if not total:
+        return 0
+    if not n:
+        raise _Bad(f"{total} GPUs but no nodes")
+    if total % n:
+        raise _Bad(f"{total} GPUs over {n} nodes is not a whole number per node")
+    return total // n
+
+
+def convert_scontrol_jobs(raw: bytes, ctx: Context) -> None:
+    """``scontrol show job -d`` text -> job events.
+
+    GPUs from ``TRES=`` (``gres/gpu=N``), else the ``-d`` detail lines (``Nodes=... GRES=gpu:1(IDX:3)``
+    or ``GRES_IDX=gpu(IDX:0,2-3,5)``), else ``JOB_GRES=``, else ``TresPerNode=``; a record whose
+    fields name no GPU is a CPU job (0). Array tasks are ``<ArrayJobId>_<ArrayTaskId>``. Licences as
+    in ``squeue --json`` (``license-pools`` header). Time: the ``ts`` argument or header: the text's
+    times are the controller's local time without an offset, so they are not used.
+    """
+    text = decode_text(raw, ctx)
+    if text is None:
+        return
+    ts = ctx.collection_ts()
+    if ts is None:
+        ctx.reject(None, "scontrol text carries no usable time: give the collection time (ts)")
+        return
+    records, bad = _job_text_records(text)
+    for lineno in bad:
+        ctx.reject(f"line {lineno}", "not a Key=value line of `scontrol show job` output")
+    if not records and text.strip() and not bad:
+        ctx.reject(None, "no JobId= record (expected `scontrol show job -d` output)")
+    pools = license_pools(ctx.header(HEADER_LICENSE_POOLS))
+    for lineno, fields, details in records:
+        record = f"line {lineno}"
+        label = fields.get("JobId", "")
+        try:
+            job_id = label
+            if fields.get("ArrayJobId") and fields.get("ArrayTaskId"):
+                job_id = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}"
+            elif fields.get("HetJobId") and fields.get("HetJobOffset"):
+                job_id = f"{fields['HetJobId']}+{fields['HetJobOffset']}"
+            if not job_id:
+                raise _Bad("JobId is empty")
+            state = _state(fields.get("JobState"), "JobState")
+            nodes = _nodes(fields.get("NodeList"))
+            gpus = _job_text_gpus(fields, details, nodes)
+        except _Bad as exc:
+            ctx.reject(record, f"job {label}: {exc}" if label else str(exc))
+            continue
+        licenses = fields.get("Licenses")
+        event: dict[str, Any] = {"kind": "job", "ts": ts, "job_id": job_id, "state": state, "nodes": nodes,
+                                 "gpus_per_node": gpus,
+                                 "storage": _licenses(licenses if licenses != "(null)" else None, pools)}
+        name = fields.get("JobName")
+        if name:
+            event["name"] = name
+        user = fields.get("UserId", "").split("(", 1)[0]
+        if user:
+            event["user"] = user
+        ctx.event(record, event)

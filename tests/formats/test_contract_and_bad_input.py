@@ -53,6 +53,7 @@ CASES = [
     ("slurm-squeue", "slurm-squeue-v0044/job_gpus_per_task.json", {}),
     ("slurm-nodes", "slurm-nodes/node_drain_v0044.json", {}),
     ("scontrol-nodes", "slurm-nodes/scontrol_show_node.txt", {}),
+    ("scontrol-jobs", "scontrol-jobs/scontrol_show_job_d.txt", {}),
 ]
 #: Names in the fixtures the catalogue deliberately does not know (applications' own metrics).
 EXPECTED_UNKNOWN = {"loss", "step_latency_seconds_bucket", "step_latency_seconds_count", "step_latency_seconds_sum",

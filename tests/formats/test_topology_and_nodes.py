@@ -195,3 +195,23 @@ def test_lustre_exporter_job_bytes_are_attributed_to_the_job_like_job_stats():
     assert (sample["layer"], sample["source"], sample["labels"]["job_id"]) == ("storage", "lustre-a", "4242")
     rec = {"layer": sample["layer"], "meaning": "throughput", "metric": sample["metric"], "labels": sample["labels"]}
     assert is_job_write_burst(rec)
+
+
+# -- scontrol show job -d ----------------------------------------------------------------------------
+
+def test_scontrol_show_job_d_text_jobs_arrays_and_gpu_counts():
+    out = run("scontrol-jobs", "scontrol-jobs/scontrol_show_job_d.txt")
+    got = [(e["job_id"], e["state"], len(e["nodes"]), e["gpus_per_node"]) for e in out.inventory]
+    assert got == [("1", "RUNNING", 3, 0), ("2398463_150", "COMPLETED", 1, 0), ("153291", "RUNNING", 1, 4),
+                   ("134238037", "PENDING", 0, 0), ("2423430_72", "RUNNING", 1, 1), ("20547", "PENDING", 0, 0),
+                   ("1306093", "RUNNING", 1, 0), ("25686416", "RUNNING", 1, 1), ("25687666", "RUNNING", 1, 1)]
+    assert out.rejections == [] and all(e["ts"] == T0 for e in out.inventory)  # local times are not used
+    assert out.inventory[0]["user"] == "user1" and out.inventory[0]["nodes"] == ["node-63", "node-64", "node-65"]
+
+
+def test_scontrol_detail_gres_counts_gpus_by_count_or_index_list():
+    from streams.formats.slurm import _detail_gpus
+
+    # the detail GRES values of the fixture's GPU jobs, as printed by three Slurm versions
+    assert [_detail_gpus(g) for g in ("gpu(IDX:0,2-3,5)", "gpu(IDX:5)", "gg:g0(CNT:1),gpu:1(IDX:3)",
+                                      "gpu:rtx2080:1(IDX:1),gg:g0(CNT:1)", "")] == [4, 1, 1, 1, 0]
