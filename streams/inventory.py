@@ -233,6 +233,14 @@ class InventoryIndex:
             return []
         return [st for n in nodes if (st := self.node_states.get(n)) is not None and not st.healthy]
 
+    def node_state_evidence(self, layer: str, source: str, labels: dict[str, str]) -> list[dict[str, object]]:
+        """:meth:`unhealthy_nodes` as JSON-ready evidence for an alert whose root cause is
+        ``layer``/``source``/``labels``: ``[{"node", "state", "reason", "since", "text"}]`` (empty when
+        every node involved is healthy or unknown to the scheduler feed)."""
+        return [{"node": st.node, "state": st.state, "reason": st.reason,
+                 "since": format_ts(st.since) if st.since is not None else None, "text": st.describe()}
+                for st in self.unhealthy_nodes(layer, source, labels)]
+
     def leaves_of(self, nodes: list[str]) -> set[str]:
         """The leaf switches the nodes are cabled to."""
         out: set[str] = set()

@@ -215,3 +215,15 @@ def test_scontrol_detail_gres_counts_gpus_by_count_or_index_list():
     # the detail GRES values of the fixture's GPU jobs, as printed by three Slurm versions
     assert [_detail_gpus(g) for g in ("gpu(IDX:0,2-3,5)", "gpu(IDX:5)", "gg:g0(CNT:1),gpu:1(IDX:3)",
                                       "gpu:rtx2080:1(IDX:1),gg:g0(CNT:1)", "")] == [4, 1, 1, 1, 0]
+
+
+def test_node_state_evidence_is_json_ready_for_an_alert():
+    import orjson
+
+    index = _index(run("ibnetdiscover", "ibnetdiscover/ports.txt"))
+    index.apply(inventory_adapter.validate_python({"kind": "node", "ts": T0, "node": "o0001", "state": "down",
+                                                   "flags": ["DOWN"], "reason": "Not responding"}))
+    evidence = index.node_state_evidence("switch", "ib-i1l1s01", {"port": "10"})
+    assert orjson.loads(orjson.dumps(evidence)) == [{"node": "o0001", "state": "down", "reason": "Not responding",
+                                                     "since": None, "text": 'o0001 is down ("Not responding")'}]
+    assert index.node_state_evidence("storage", "lustre-a", {}) == []
