@@ -78,7 +78,7 @@ def test_lldpctl_without_a_host_name_is_rejected_not_guessed():
     assert out.inventory == [] and "does not name its host" in out.rejections[0].reason
 
 
-# -- Slurm data_parser v0.0.44 (25.11) GPU counts ---------------------------------------------------
+# -- Slurm data_parser v0.0.40 (23.11) and v0.0.44 (25.11) GPU counts ---------------------------------------------------
 
 @pytest.mark.parametrize("fixture, job_id, nodes, per_node", [
     # --gpus-per-node 1 --nodes 2: tres_alloc_str names no GPU; gres_detail and tres_per_node do
@@ -87,9 +87,11 @@ def test_lldpctl_without_a_host_name_is_rejected_not_guessed():
     ("job_gpus_per_node_typed.json", "4716", ["gpu1"], 1),
     # --gpus-per-task 2 --ntasks 2: tres_per_task x tasks, and gres_detail gpu:h100:4(IDX:0-3)
     ("job_gpus_per_task.json", "5512", ["gpu1"], 4),
+    # Slurm 23.11, data_parser v0.0.40: gres_detail mixes GPU types on each node (h100:1 and h200:0)
+    ("job_gpus_per_node_v0040.json", "502", ["ia1", "ia2"], 1),
 ])
-def test_slurm_25_11_gpu_counts_come_from_gres_detail_and_tres_per_fields(fixture, job_id, nodes, per_node):
-    out = run("slurm-squeue", f"slurm-squeue-v0044/{fixture}", ts=None)
+def test_slurm_23_11_and_25_11_gpu_counts_come_from_gres_detail_and_tres_per_fields(fixture, job_id, nodes, per_node):
+    out = run("slurm-squeue", f"slurm-jobs-json/{fixture}", ts=None)
     (job,) = out.inventory
     assert (job["job_id"], job["nodes"], job["gpus_per_node"], job["state"]) == (job_id, nodes, per_node, "RUNNING")
     assert out.rejections == []

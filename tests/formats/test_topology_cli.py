@@ -19,7 +19,7 @@ def _run(*argv: str) -> tuple[int, str, str]:
 
 def test_ibnetdiscover_with_jobs_and_node_states_prints_tiers_links_and_the_missing():
     code, out, err = _run(str(FIXTURES / "ibnetdiscover/ports.txt"),
-                          str(FIXTURES / "slurm-squeue-v0044/job_gpus_per_node.json"),
+                          str(FIXTURES / "slurm-jobs-json/job_gpus_per_node.json"),
                           str(FIXTURES / "slurm-nodes/node_drain_v0044.json"))
     assert code == 0 and err == ""
     lines = out.splitlines()
