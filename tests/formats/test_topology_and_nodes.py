@@ -78,7 +78,7 @@ def test_lldpctl_without_a_host_name_is_rejected_not_guessed():
     assert out.inventory == [] and "does not name its host" in out.rejections[0].reason
 
 
-# -- Slurm data_parser v0.0.40 (23.11) and v0.0.44 (25.11) GPU counts ---------------------------------------------------
+# -- Slurm data_parser v0.0.40 (23.11) and v0.0.44 (25.11) GPU counts -----------------------------
 
 @pytest.mark.parametrize("fixture, job_id, nodes, per_node", [
     # --gpus-per-node 1 --nodes 2: tres_alloc_str names no GPU; gres_detail and tres_per_node do
