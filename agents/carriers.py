@@ -14,7 +14,8 @@ in replay files" and "Connecting exporters"). Each message is converted with
   their own timestamps need it; :func:`collection_time`);
 - the Kafka headers are passed through (``source``, ``layer``, ``ts``, ``job_id``, ``device``,
   ``stream``, ``content-type``); without a ``stream`` header the record key is the stream (NCCL
-  Inspector v4.3 context is carried per stream);
+  Inspector v4.3 context is carried per stream), and the record key is the default source: a
+  sample whose record and headers name no source takes the key (producers key by host);
 - one :class:`streams.formats.AdapterState` per carrier partition lives in memory and is snapshotted
   to the ``carrier_state`` / ``inventory_carrier_state`` table (changelog topics in the catalogue)
   every ``snapshot_interval_s`` of event time and at end of input; after a restart or rebalance the
@@ -185,6 +186,21 @@ def control_of(raw: bytes) -> str | None:
     if isinstance(doc, dict) and len(doc) == 1 and "lockstep_control" in doc:
         return str(doc["lockstep_control"])[:40]
     return None
+
+
+#: Formats whose payload names a better source than a record key would, but only after the default
+#: source: Lustre job_stats (the file system of the target: the pool), nccl-tests (rank 0's host).
+_PAYLOAD_SOURCE_AFTER_DEFAULT = frozenset({"lustre-jobstats", "nccl-tests"})
+
+
+def key_source(format_name: str, key: str | None) -> str | None:
+    """The default source of a carrier message: its record key (producers key by host), except for
+    the formats whose own source would lose to it.
+
+    >>> key_source("prometheus", "gpu001"), key_source("lustre-jobstats", "oss01"), key_source("ethtool", None)
+    ('gpu001', None, None)
+    """
+    return None if format_name in _PAYLOAD_SOURCE_AFTER_DEFAULT else key
 
 
 def message_headers(headers: Any, key: bytes | None) -> dict[str, bytes | str]:
@@ -394,7 +410,7 @@ def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalo
         headers = message_headers(m.headers, msg.key)
         collected = collection_time(headers, msg.timestamp)
         out: Converted = convert(carrier.format, value, headers=headers, state=state, ts=collected,
-                                 ingest_ts=collected)
+                                 ingest_ts=collected, default_source=key_source(carrier.format, msg.key_text()))
         metrics.stage_seconds.labels("convert").observe(time.perf_counter() - started)
         cm.messages.labels(carrier.format).inc()
         for layer, key, batch in route_samples(out.samples):

@@ -76,7 +76,11 @@ Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LEN)]
 
 
 class JobEvent(BaseModel):
-    """A job's allocation. ``nodes`` arrives as a hostlist or list and is stored expanded."""
+    """A job's allocation. ``nodes`` arrives as a hostlist or list and is stored expanded.
+
+    ``gpus_per_node`` is ``null`` when the scheduler's record does not say how many GPUs the job
+    holds ("unknown" is not 0: a job reported with 0 GPUs is a CPU job).
+    """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -85,7 +89,7 @@ class JobEvent(BaseModel):
     job_id: Name
     state: JobState
     nodes: list[Name]
-    gpus_per_node: int = Field(ge=0, le=64)
+    gpus_per_node: int | None = Field(ge=0, le=64)
     storage: list[Name] = Field(default_factory=list)
     name: str | None = Field(default=None, max_length=MAX_NAME_LEN)
     user: str | None = Field(default=None, max_length=MAX_NAME_LEN)
@@ -103,8 +107,9 @@ class JobEvent(BaseModel):
         return expand_nodes(value)
 
     @property
-    def gpus(self) -> int:
-        return self.gpus_per_node * len(self.nodes)
+    def gpus(self) -> int | None:
+        """The job's GPU count, ``None`` when unknown."""
+        return None if self.gpus_per_node is None else self.gpus_per_node * len(self.nodes)
 
 
 class LinkEvent(BaseModel):
@@ -169,11 +174,48 @@ class PoolEvent(BaseModel):
         return parse_ts(value)
 
 
-InventoryEvent = Annotated[JobEvent | LinkEvent | SwitchEvent | PoolEvent, Field(discriminator="kind")]
-inventory_adapter: TypeAdapter[JobEvent | LinkEvent | SwitchEvent | PoolEvent] = TypeAdapter(InventoryEvent)
+#: Node states Lockstep distinguishes (from Slurm's base state and flags, see :class:`NodeEvent`).
+NodeStateName = Literal["down", "fail", "failing", "drained", "draining", "alloc", "mixed", "idle", "unknown"]
+#: States in which a node runs jobs normally.
+HEALTHY_NODE_STATES = frozenset({"alloc", "mixed", "idle"})
 
 
-def inventory_key(event: JobEvent | LinkEvent | SwitchEvent | PoolEvent) -> str:
+class NodeEvent(BaseModel):
+    """A node's scheduler state: is it drained, down or failed, why, and since when.
+
+    ``state`` folds Slurm's base state and flags into one word: ``down`` (DOWN), ``fail`` (FAIL flag
+    on an idle/down node), ``failing`` (FAIL on a busy node), ``drained`` (DRAIN on an idle node),
+    ``draining`` (DRAIN on a busy node), else ``alloc``, ``mixed``, ``idle`` or ``unknown``.
+    ``flags`` keeps Slurm's words (``["IDLE", "DRAIN"]``); ``reason`` is the administrator's or
+    slurmctld's text; ``since`` when the reason was set (Unix seconds), when known.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["node"] = "node"
+    ts: float
+    node: Name
+    state: NodeStateName
+    flags: list[Annotated[str, Field(max_length=64)]] = Field(default_factory=list, max_length=32)
+    reason: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+    since: float | None = None
+
+    @field_validator("ts", "since", mode="before")
+    @classmethod
+    def _ts(cls, value: Any) -> float | None:
+        return None if value is None else parse_ts(value)
+
+    @property
+    def healthy(self) -> bool:
+        return self.state in HEALTHY_NODE_STATES
+
+
+AnyInventoryEvent = JobEvent | LinkEvent | SwitchEvent | PoolEvent | NodeEvent
+InventoryEvent = Annotated[AnyInventoryEvent, Field(discriminator="kind")]
+inventory_adapter: TypeAdapter[AnyInventoryEvent] = TypeAdapter(InventoryEvent)
+
+
+def inventory_key(event: AnyInventoryEvent) -> str:
     """The compaction key of an inventory event: the latest event per key is the current state."""
     if isinstance(event, JobEvent):
         return f"job:{event.job_id}"
@@ -181,4 +223,6 @@ def inventory_key(event: JobEvent | LinkEvent | SwitchEvent | PoolEvent) -> str:
         return f"link:{event.node}:{event.device}:{event.port}"
     if isinstance(event, SwitchEvent):
         return f"switch:{event.switch}"
+    if isinstance(event, NodeEvent):
+        return f"node:{event.node}"
     return f"pool:{event.pool}"

@@ -398,6 +398,24 @@ _table(Meaning.UTILISATION, _CTX_GAUGE, ("cpu_usage_idle", "cpu_usage_user", "cp
 _table(Meaning.THROUGHPUT, _CTX_COUNTER, ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes"),
        prefixes=("", "ethtool_"), fabric=_ROCE)
 
+# Names seen in real captures (issue 20). mlx5 hw_counters: completions with an error on the requester
+# and on the responder side (a QP went to error, usually after its retries were exhausted), on RoCE and
+# on InfiniBand alike.
+for _p in ("", "infiniband_"):
+    _table(Meaning.RETRANSMITS, _ERR, ("req_cqe_error", "resp_cqe_error"), prefixes=(_p,), fabric=_ROCE)
+# mlx5 ethtool -S: packets dropped because no steering rule matched them; MAC control frames sent
+# (pause frames are MAC control frames: back-pressure toward the switch).
+_table(Meaning.DROPS, _ERR, ("rx_steer_missed_packets",), prefixes=("", "ethtool_"), fabric=_ROCE)
+_table(Meaning.CONGESTION, _RATE_UP, ("tx_mac_control_phy",), prefixes=("", "ethtool_"), fabric=_ROCE)
+# DCGM: the slowdown temperature is a threshold and the fan speed a consequence of heat (both context);
+# the performance state rising (P0 -> P2..P8) while the GPU is busy is clocks held down.
+_table(Meaning.TEMPERATURE, _CTX_GAUGE, ("DCGM_FI_DEV_SLOWDOWN_TEMP", "DCGM_FI_DEV_FAN_SPEED"), fabric="GPU")
+_table(Meaning.THROTTLE, _LEVEL_UP, ("DCGM_FI_DEV_PSTATE",), fabric="GPU")
+# lustre_exporter per-job families (label ``jobid``, aliased to ``job_id`` by its profile): per-job
+# write bytes are what checkpoint contention reads, as with job_stats' jobstats_write_bytes_sum.
+_table(Meaning.THROUGHPUT, _RATE_UP, ("lustre_job_read_bytes_total", "lustre_job_write_bytes_total"),
+       fabric="Storage")
+
 UNKNOWN = MetricInfo(Meaning.UNKNOWN, False, Mode.LEVEL, Direction.BOTH)
 
 

@@ -1,4 +1,5 @@
-"""The inventory index: jobs, nodes, GPUs, NIC -> switch-port links, switch tiers, storage pools.
+"""The inventory index: jobs, nodes, GPUs, NIC -> switch-port links, switch tiers, storage pools,
+and the scheduler's node states (drained, down, failed).
 
 Every worker holds a full copy (the ``inventory`` topic is read whole by each worker). Jobs are
 kept with their active interval in event time, so a question about time ``t`` is answered as of
@@ -11,13 +12,18 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from models.inventory import JobEvent, LinkEvent, PoolEvent, SwitchEvent
+from models.inventory import HEALTHY_NODE_STATES, JobEvent, LinkEvent, NodeEvent, PoolEvent, SwitchEvent
+from models.timeutil import format_ts
 
-InventoryEvent = JobEvent | LinkEvent | SwitchEvent | PoolEvent
+InventoryEvent = JobEvent | LinkEvent | SwitchEvent | PoolEvent | NodeEvent
 
 
 @dataclass(slots=True)
 class JobInfo:
+    """A job's record. ``gpus_unknown``: the scheduler did not say how many GPUs it holds; then
+    ``gpus_per_node`` and ``gpus`` are 0 (so arithmetic over jobs stays defined) and
+    :attr:`gpus_text` reads ``? GPUs``."""
+
     job_id: str
     nodes: list[str]
     gpus_per_node: int
@@ -26,10 +32,20 @@ class JobInfo:
     end: float | None = None
     state: str = "RUNNING"
     name: str | None = None
+    gpus_unknown: bool = False
 
     @property
     def gpus(self) -> int:
         return self.gpus_per_node * len(self.nodes)
+
+    @property
+    def gpus_text(self) -> str:
+        """``"32 GPUs"``, or ``"? GPUs"`` when the count is unknown.
+
+        >>> JobInfo("j", ["a", "b"], 4, [], 0.0).gpus_text, JobInfo("j", ["a"], 0, [], 0.0, gpus_unknown=True).gpus_text
+        ('8 GPUs', '? GPUs')
+        """
+        return "? GPUs" if self.gpus_unknown else f"{self.gpus} GPUs"
 
     def active_at(self, t: float) -> bool:
         return self.start <= t and (self.end is None or t < self.end)
@@ -43,6 +59,29 @@ class Link:
     switch: str
     switch_port: str
     fabric: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """The scheduler's latest word on a node (from a ``node`` inventory event)."""
+
+    node: str
+    state: str
+    flags: tuple[str, ...]
+    reason: str | None
+    since: float | None
+    ts: float
+
+    @property
+    def healthy(self) -> bool:
+        return self.state in HEALTHY_NODE_STATES
+
+    def describe(self) -> str:
+        """One line for an alert: ``gpu007 is drained ("ECC memory error", since 2025-11-12T10:16:25Z)``."""
+        parts = [f'"{self.reason}"'] if self.reason else []
+        if self.since is not None:
+            parts.append(f"since {format_ts(self.since)}")
+        return f"{self.node} is {self.state}" + (f" ({', '.join(parts)})" if parts else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +104,7 @@ class InventoryIndex:
     pool_switches: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     node_jobs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     node_leaves: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    node_states: dict[str, NodeStatus] = field(default_factory=dict)
     version: int = 0
 
     # -- updates --------------------------------------------------------------------------------
@@ -92,6 +132,11 @@ class InventoryIndex:
                 self.tiers.setdefault(up, "spine" if event.tier == "leaf" else "core")
         elif isinstance(event, PoolEvent):
             self.pool_switches[event.pool] = set(event.switches)
+        elif isinstance(event, NodeEvent):
+            old_status = self.node_states.get(event.node)
+            if old_status is None or old_status.ts <= event.ts:
+                self.node_states[event.node] = NodeStatus(event.node, event.state, tuple(event.flags), event.reason,
+                                                          event.since, event.ts)
 
     def _apply_job(self, event: JobEvent) -> None:
         history = self.jobs[event.job_id]
@@ -102,13 +147,15 @@ class InventoryIndex:
                 for node in set(current.nodes) - set(event.nodes):
                     self.node_jobs[node].discard(event.job_id)
                 current.nodes = list(event.nodes)
-                current.gpus_per_node = event.gpus_per_node
+                current.gpus_per_node = event.gpus_per_node or 0
+                current.gpus_unknown = event.gpus_per_node is None
                 current.storage = list(event.storage)
                 current.state = event.state.value
                 current.start = min(current.start, event.ts)
             else:
-                history.append(JobInfo(event.job_id, list(event.nodes), event.gpus_per_node, list(event.storage),
-                                       start=event.ts, state=event.state.value, name=event.name))
+                history.append(JobInfo(event.job_id, list(event.nodes), event.gpus_per_node or 0, list(event.storage),
+                                       start=event.ts, state=event.state.value, name=event.name,
+                                       gpus_unknown=event.gpus_per_node is None))
             for node in event.nodes:
                 self.node_jobs[node].add(event.job_id)
         elif current is not None and current.end is None:
@@ -159,6 +206,40 @@ class InventoryIndex:
         for leaf in below:
             nodes |= set(self.nodes_behind_switch(leaf))
         return sorted(nodes)
+
+    def node_state(self, node: str) -> NodeStatus | None:
+        """The scheduler's latest state of ``node``, or None when no ``node`` event named it."""
+        return self.node_states.get(node)
+
+    def unhealthy_nodes(self, layer: str, source: str, labels: dict[str, str]) -> list[NodeStatus]:
+        """The drained, down or failed nodes an entity stands for or sits in front of.
+
+        A host-side series (``gpu``, ``nccl``, ``nic``, ``host``) stands for its node; a switch
+        port for the nodes cabled to it; a whole switch is not narrowed to nodes (its fault is not a
+        node's). This is what an alert names when its root cause is a node or a port behind a node.
+
+        >>> from models.inventory import LinkEvent, NodeEvent
+        >>> inv = InventoryIndex()
+        >>> inv.apply(LinkEvent(ts=1764502930, node="gpu7", device="mlx5_0", port="1", switch="leaf1", switch_port="9"))
+        >>> inv.apply(NodeEvent(ts=1764502930, node="gpu7", state="drained", reason="ECC memory error"))
+        >>> [s.describe() for s in inv.unhealthy_nodes("switch", "leaf1", {"port": "9"})]
+        ['gpu7 is drained ("ECC memory error")']
+        """
+        if layer in ("gpu", "nccl", "nic", "host"):
+            nodes = [source]
+        elif layer == "switch" and labels.get("port") is not None:
+            nodes = self.nodes_behind_port(source, labels["port"])
+        else:
+            return []
+        return [st for n in nodes if (st := self.node_states.get(n)) is not None and not st.healthy]
+
+    def node_state_evidence(self, layer: str, source: str, labels: dict[str, str]) -> list[dict[str, object]]:
+        """:meth:`unhealthy_nodes` as JSON-ready evidence for an alert whose root cause is
+        ``layer``/``source``/``labels``: ``[{"node", "state", "reason", "since", "text"}]`` (empty when
+        every node involved is healthy or unknown to the scheduler feed)."""
+        return [{"node": st.node, "state": st.state, "reason": st.reason,
+                 "since": format_ts(st.since) if st.since is not None else None, "text": st.describe()}
+                for st in self.unhealthy_nodes(layer, source, labels)]
 
     def leaves_of(self, nodes: list[str]) -> set[str]:
         """The leaf switches the nodes are cabled to."""

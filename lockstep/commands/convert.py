@@ -6,7 +6,9 @@ in order with one :class:`AdapterState`, so counters from consecutive scrapes gi
 (latency per op, BER, CPU utilisation) and NCCL Inspector v4.3 context carries over.
 
 Output: native samples and inventory events on stdout, one JSON object per line; every rejection
-on stderr (``FILE: FORMAT RECORD: REASON``) and a one-line summary.
+on stderr (``FILE: FORMAT RECORD: REASON``) and a one-line summary. Samples rejected only because
+nothing names their source are summed up in one line per file (give ``--source``), not one each.
+``--ts now`` is the time of the run.
 
 Exit codes: 0 when something was converted, or the input held nothing to convert and nothing bad;
 1 when there were rejections and nothing was converted; 2 for usage errors (unknown format,
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -24,6 +27,9 @@ import orjson
 
 from lockstep.safetext import safe_text
 from models.samples import MAX_MESSAGE_BYTES
+
+#: The reason every metric carrier gives a sample that nothing names the source of.
+_NO_SOURCE = ": no source: "
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--list", action="store_true", help="list the formats and exit")
     p.add_argument("--source", default=None, help="default source (host, switch, pool) when the input names none")
     p.add_argument("--ts", action="append", default=[],
-                   help="collection time for formats without one (Unix seconds or RFC 3339); once for all files, "
-                        "or once per file in order")
+                   help="collection time for formats without one (Unix seconds, RFC 3339 or 'now'); once for all "
+                        "files, or once per file in order")
     p.add_argument("--header", action="append", default=[], metavar="KEY=VALUE",
                    help="a message header (layer, job_id, device, stream, ...); repeatable")
     p.add_argument("files", nargs="*", type=Path, metavar="FILE", help="input files ('-' for stdin)")
@@ -97,7 +103,11 @@ def convert_files(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return 2
         headers[key] = value
     times: list[float] = []
+    now = time.time()  # the CLI is the edge where the clock may be read; one value for every `now`
     for text in args.ts:
+        if text.strip().lower() == "now":
+            times.append(now)
+            continue
         try:
             times.append(parse_time_value(text, "--ts"))
         except (ValueError, TimestampError) as exc:
@@ -125,8 +135,15 @@ def convert_files(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 out.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE).decode())
             for event in result.inventory:
                 out.write(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE).decode())
+            no_source = 0
             for rejection in result.rejections:
+                if _NO_SOURCE in rejection.reason:
+                    no_source += 1
+                    continue
                 print(f"{safe_text(path)}: {safe_text(rejection)}", file=err)
+            if no_source:
+                print(f"{safe_text(path)}: {args.fmt}: {no_source} samples name no source (no source label, no "
+                      f"source header, no --source): give --source HOST", file=err)
             total.merge(result)
     skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(total.skipped.items()))
     print(f"lockstep convert: {len(total.samples)} samples, {len(total.inventory)} inventory events, "

@@ -42,7 +42,7 @@ UFM = Profile("ufm", "switch", ("device_name", "hostname", "node_description", "
 TELEGRAF_IB = Profile("telegraf-infiniband", "nic")
 TELEGRAF_NIC = Profile("telegraf-ethtool", "nic")
 TELEGRAF_GPU = Profile("telegraf-nvidia-smi", "gpu")
-LUSTRE = Profile("lustre", "storage")
+LUSTRE = Profile("lustre", "storage", aliases=(("jobid", "job_id"),))
 OTEL_GPU = Profile("otel-gpu", "gpu", ("host.name", "k8s.node.name"))
 OTEL_HOST = Profile("otel-host", "host", ("host.name", "k8s.node.name"))
 STEP = Profile("training-step", "step")

@@ -12,6 +12,9 @@ https://github.com/OpenObservability/OpenMetrics/blob/main/specification/OpenMet
 - OpenMetrics ``_created`` samples (creation times, not measurements), ``NaN``/``Inf`` values and
   DCGM blank sentinels are skipped and counted. Exemplars are ignored.
 - Labels with an empty value are dropped (in Prometheus an empty label equals no label).
+- Scrape noise, the exporters' own process metrics (``go_*``, ``process_*``, ``promhttp_*``,
+  ``scrape_*``: 89% of a node_exporter scrape), is skipped and counted (``skipped``, and
+  ``lockstep_carrier_skipped_total`` on the carrier path); the header ``keep-noise: true`` keeps it.
 - Source: the profile's labels (``Hostname``/``hostname`` for dcgm-exporter, ``node`` for NCCL
   Inspector, ``device_name``/``source``/``node_guid`` for UFM), then ``host``, ``hostname``,
   ``instance`` (without its port), then the ``source`` header, then the default source.
@@ -45,6 +48,10 @@ _COUNTERISH = {"counter": {"_total": "counter", "": "counter"},
                "gauge": {"": "gauge"}, "info": {"_info": "gauge", "": "gauge"}, "stateset": {"": "gauge"}}
 _SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info")
 SKIP_CREATED = "OpenMetrics _created sample (a creation time, not a measurement)"
+SKIP_NOISE = "scrape noise (go_*, process_*, promhttp_*, scrape_*)"
+#: Metric-name prefixes of the exporters' own runtime and scrape bookkeeping.
+NOISE_PREFIXES = ("go_", "process_", "promhttp_", "scrape_")
+HEADER_KEEP_NOISE = "keep-noise"
 _SKIP = "skip"
 
 
@@ -217,6 +224,7 @@ def convert_exposition(raw: bytes, ctx: Context, forced: Profile | None = None) 
     kinds: dict[str, str | None] = {}
     blocks: dict[str, dict[str, str]] = {}
     emitter = MetricEmitter(ctx, forced)
+    drop_noise = (ctx.header(HEADER_KEEP_NOISE) or "").lower() not in ("true", "1", "yes")
     scrape_ts: float | None = None
     scrape_ts_known = False
     saw_eof = False
@@ -245,6 +253,9 @@ def convert_exposition(raw: bytes, ctx: Context, forced: Profile | None = None) 
             name, labels, value_text, ts_text = parse_sample_line(line, blocks)
         except ParseError as exc:
             ctx.reject(record, f"not a sample line: {exc}")
+            continue
+        if drop_noise and name.startswith(NOISE_PREFIXES):
+            ctx.skip(SKIP_NOISE)
             continue
         kind = _kind_of(name, types, kinds)
         if kind == _SKIP:

@@ -12,7 +12,9 @@ from models.samples import MAX_MESSAGE_BYTES
 from streams.formats import (
     crux,
     ethtool,
+    ibnetdiscover,
     kubernetes,
+    lldp,
     lustre,
     nccl_inspector,
     nccl_tests,
@@ -87,6 +89,21 @@ _ADAPTERS: tuple[Adapter, ...] = (
     Adapter("crux-topology", crux.convert, "inventory", True,
             "3-tier topology CSV `ip,DSW,PSW,ASW` -> link and switch events",
             "https://github.com/alibaba/alibaba-lingjun-dataset-2023"),
+    Adapter("ibnetdiscover", ibnetdiscover.convert, "inventory", False,
+            "`ibnetdiscover -p` ports report -> link events and switch tiers (leaf/spine/core from cabling)",
+            "https://github.com/linux-rdma/rdma-core/blob/master/infiniband-diags/man/ibnetdiscover.8.in.rst"),
+    Adapter("lldpctl", lldp.convert, "inventory", False,
+            "`lldpctl -f json` / `-f json0` on a host (source header) -> link events (RoCE)",
+            "https://lldpd.github.io/usage.html"),
+    Adapter("slurm-nodes", slurm.convert_nodes, "inventory", False,
+            "`scontrol show node --json` / slurmrestd /nodes -> node events (drained, down, fail...)",
+            "https://slurm.schedmd.com/scontrol.html#OPT_json"),
+    Adapter("scontrol-nodes", slurm.convert_scontrol_nodes, "inventory", False,
+            "`scontrol show node` text -> node events (State=, Reason=)",
+            "https://slurm.schedmd.com/scontrol.html#OPT_show"),
+    Adapter("scontrol-jobs", slurm.convert_scontrol_jobs, "inventory", False,
+            "`scontrol show job -d` text -> job events (GPUs from TRES, detail GRES, JOB_GRES, TresPerNode)",
+            "https://slurm.schedmd.com/scontrol.html#OPT_show"),
 )
 
 #: Every format by name.

@@ -90,6 +90,10 @@ printed by `lockstep convert`), and the pipeline counts new unknown series in `/
 (`lockstep_unknown_metric_series_total`). Add a name here (in `streams/catalogue.py`) to give it a
 meaning.
 
+One exception, by name and not by meaning: Prometheus scrapes' own runtime and scrape bookkeeping
+(`go_*`, `process_*`, `promhttp_*`, `scrape_*`) is skipped by the Prometheus-text adapters and
+counted as skipped ("scrape noise"; the `keep-noise: true` header keeps it).
+
 What *is* left out is documented per format and counted in `Converted.skipped`, by reason: values
 that are not measurements (`NaN`, DCGM blank sentinels, `N/A (no PMA)`, OpenMetrics `_created`,
 per-ring software counters of `ethtool -S`, histogram/summary/distribution aggregates, NCCL

@@ -46,6 +46,15 @@ CASES = [
     ("slurm-sacct", "slurm_sacct.json", {}),
     ("k8s-pods", "k8s_pods.jsonl", {}),
     ("crux-topology", "crux_topology.csv", {}),
+    ("ibnetdiscover", "ibnetdiscover/ports.txt", {}),
+    ("lldpctl", "lldpctl/gpu_node_json0.json", {"source": "gpu-node-1"}),
+    ("slurm-squeue", "slurm-jobs-json/job_gpus_per_node.json", {}),
+    ("slurm-squeue", "slurm-jobs-json/job_gpus_per_node_typed.json", {}),
+    ("slurm-squeue", "slurm-jobs-json/job_gpus_per_task.json", {}),
+    ("slurm-squeue", "slurm-jobs-json/job_gpus_per_node_v0040.json", {}),
+    ("slurm-nodes", "slurm-nodes/node_drain_v0044.json", {}),
+    ("scontrol-nodes", "slurm-nodes/scontrol_show_node.txt", {}),
+    ("scontrol-jobs", "scontrol-jobs/scontrol_show_job_d.txt", {}),
 ]
 #: Names in the fixtures the catalogue deliberately does not know (applications' own metrics).
 EXPECTED_UNKNOWN = {"loss", "step_latency_seconds_bucket", "step_latency_seconds_count", "step_latency_seconds_sum",
@@ -54,7 +63,8 @@ FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "formats"
 
 
 def test_every_fixture_file_is_exercised_and_every_format_has_a_fixture():
-    assert {f for _, f, _ in CASES} == {p.name for p in FIXTURE_DIR.iterdir()}
+    files = {str(p.relative_to(FIXTURE_DIR)) for p in FIXTURE_DIR.rglob("*") if p.is_file() and p.name != "README.md"}
+    assert {f for _, f, _ in CASES} == files
     assert {fmt for fmt, _, _ in CASES} == set(FORMATS)
 
 
@@ -97,7 +107,8 @@ def test_every_adapter_rejects_garbage_with_a_precise_reason(fmt, garbage):
         assert str(r).startswith(fmt)
 
 
-LINE_CASES = [c for c in CASES if c[0] not in ("otlp-json", "slurm-squeue", "slurm-sacct", "telegraf")
+LINE_CASES = [c for c in CASES if c[0] not in ("otlp-json", "slurm-squeue", "slurm-sacct", "telegraf", "lldpctl",
+                                               "slurm-nodes")
               or c[1] == "telegraf_single.json"]
 
 

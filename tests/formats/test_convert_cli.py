@@ -90,3 +90,23 @@ def test_big_line_oriented_inputs_are_cut_at_line_boundaries_under_the_message_l
     assert len(chunks) >= 3 and b"".join(chunks) == raw
     assert all(len(c) <= MAX_MESSAGE_BYTES and c.endswith(b"\n") for c in chunks)
     assert _chunks(raw, line_oriented=False) == [raw]
+
+
+def test_ts_now_is_accepted_and_is_the_time_of_the_run(tmp_path: Path):
+    import time
+
+    path = tmp_path / "scrape.prom"
+    path.write_bytes(b'node_load1{instance="gpu001:9100"} 0.5\n')
+    before = time.time()
+    code, records, _ = _run("--from", "prometheus", "--ts", "now", str(path))
+    assert code == 0 and before <= records[0]["ts"] <= time.time()
+
+
+def test_a_scrape_without_any_source_gives_one_summary_line_not_one_per_sample():
+    # node_exporter.prom names no host: every one of its samples lacks a source without --source
+    code, records, err = _run("--from", "prometheus", "--ts", "1764502930", str(FIXTURES / "node_exporter.prom"))
+    lines = [line for line in err.splitlines() if "no source" in line]
+    assert code == 1 and records == []
+    assert lines == [f"{FIXTURES / 'node_exporter.prom'}: prometheus: 19 samples name no source (no source label, no "
+                     "source header, no --source): give --source HOST"]
+    assert "19 rejected" in err.splitlines()[-1]

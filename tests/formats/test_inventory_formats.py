@@ -24,7 +24,7 @@ def _index(*events: dict) -> InventoryIndex:
 
 
 def test_squeue_json_wrapped_numbers_hostlists_gpu_counts_and_licenses():
-    out = run("slurm-squeue", "slurm_squeue.json", ts=None)
+    out = run("slurm-squeue", "slurm_squeue.json", ts=None, headers={"license-pools": "lustre-a"})
     by_id = {e["job_id"]: e for e in out.inventory}
     job = by_id["4242"]
     assert job == {"kind": "job", "ts": 1764502870.0, "job_id": "4242", "state": "RUNNING",
@@ -34,7 +34,7 @@ def test_squeue_json_wrapped_numbers_hostlists_gpu_counts_and_licenses():
     assert (pending["state"], pending["nodes"], pending["gpus_per_node"], pending["ts"]) == ("PENDING", [], 0,
                                                                                             1764502100.0)
     reasons = {r.record: r.reason for r in out.rejections}
-    assert reasons == {"jobs[2]": "job 4250: 10 GPUs over 3 nodes is not a whole number per node",
+    assert reasons == {"jobs[2]": "job 4250: 10 GPUs (tres_alloc_str) over 3 nodes is not a whole number per node",
                        "jobs[3]": "job 4251: job_state 'SHOUTING' is not a Slurm job state Lockstep knows"}
 
 
