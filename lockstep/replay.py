@@ -112,7 +112,7 @@ def read_input(lines: Iterable[bytes]) -> ReplayInput:
                 out.bad.append(BadLine(number, str(exc), raw))
                 continue
             out.samples.append((sample.ts, number, doc, raw))
-        elif doc.get("kind") in ("job", "link", "switch", "pool"):
+        elif doc.get("kind") in ("job", "link", "switch", "pool", "node"):
             event, reason = parse_inventory(raw)
             if event is None:
                 out.bad.append(BadLine(number, f"inventory {doc.get('kind')}: {reason}", raw))

@@ -118,6 +118,13 @@ class SlowdownRule(BaseRule):
             alert_id, reopened = last.alert_id, last.reopened + 1
         timeline = evidence.timeline(v.window, cfg.timeline_limit, v.first)
         root = _root_cause(v.root, v.domain, v.reason)
+        details: dict[str, Any] = {"reopened": reopened} if reopened else {}
+        summary = _summary(job.job_id, gpus, len(nodes), ratio, onset, root, timeline)
+        # The scheduler's own word on the nodes behind the root cause (drained, down, failing).
+        states = ctx.inventory.node_state_evidence(root.layer or "", root.source or "", dict(root.labels))
+        if states:
+            details["node_states"] = states
+            summary += "; " + "; ".join(str(s["text"]) for s in states)
         alert = Alert(
             alert_id=alert_id, dedup_key=dkey, type="job_slowdown", status=AlertStatus.FIRING,
             severity=_severity(gpus, ratio, ctx), job_id=job.job_id, gpus=gpus, nodes=nodes,
@@ -125,9 +132,9 @@ class SlowdownRule(BaseRule):
             symptom=Symptom(layer=sym["layer"], metric=sym["metric"], baseline=baseline, value=sym["value"],
                             ratio=round(ratio, 3), onset=format_ts(onset)),
             root_cause=root, timeline=timeline, other_jobs=_other_jobs(job.job_id, v.root, onset, ctx),
-            summary=_summary(job.job_id, gpus, len(nodes), ratio, onset, root, timeline),
+            summary=summary,
             labels={"job_id": job.job_id, "domain": v.domain.value, "alertname": "job_slowdown"},
-            details={"reopened": reopened} if reopened else {})
+            details=details)
         st.incident = Incident(alert, onset, {e.key for e in v.symptoms})
         return st.incident
 
