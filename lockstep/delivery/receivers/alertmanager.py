@@ -13,6 +13,7 @@ source with a fast clock can stamp event times ahead of the wall clock.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +22,9 @@ from pydantic import Field
 from lockstep.delivery.base import DeliveryContext, HttpReceiver, IntegrationConfig, SenderDeps
 from lockstep.delivery.redaction import Redactor, SecretRef, UrlOrSecret
 from lockstep.delivery.text import timeline_table, truncate
-from streams.dispatch import Notification
 from models.timeutil import format_ts, parse_ts
 from streams.catalogue import FABRICS
+from streams.dispatch import Notification
 from streams.routes import Duration, Route
 from streams.rules import match_labels
 
@@ -67,7 +68,7 @@ def gpus_bucket(gpus: int) -> str:
     """
     if gpus < GPU_BUCKET_EDGES[0]:
         return "0"
-    for low, high in zip(GPU_BUCKET_EDGES, GPU_BUCKET_EDGES[1:], strict=False):
+    for low, high in itertools.pairwise(GPU_BUCKET_EDGES):
         if low <= gpus < high:
             return f"{low}-{high - 1}"
     return f"{GPU_BUCKET_EDGES[-1]}+"
