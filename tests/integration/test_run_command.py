@@ -53,6 +53,12 @@ def test_run_shows_the_seed_incident_alert_with_its_evidence_chain(tmp_path: obj
     rows = block[block.index("  timeline") + 1:]
     layers = [line.split()[1] for line in rows if line.startswith("    ")]
     assert list(dict.fromkeys(layers)) == ["switch", "nccl", "gpu", "step"], block
+    # The first hour's addresses and token (README), this run's own.
+    broker = re.search(r"^lockstep: embedded Kafka-protocol broker \(Tansu, pid \d+\) on (\S+)$", out, re.M)
+    page = re.search(r"^lockstep: timeline page at (http://\S+)/$", out, re.M)
+    assert broker and page and re.search(r"^lockstep: API token [0-9a-f]{24} \(", out, re.M), out[:3000]
+    assert f"  export LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS={broker.group(1)}\n" in out
+    assert f"  lockstep diagnose llm-70b --url {page.group(1)}\n" in out
     # The banner names this run's fault time: the time the alert's cause moved first.
     banner = re.search(r"^lockstep: first fault at (\d\d:\d\d:\d\d) UTC event time, in about \d+ s;", out, re.M)
     cause = re.search(r"^  cause    network: switch leaf03 port=17 moved first at (\d\d:\d\d:\d\d)\.\d{3}", out, re.M)
