@@ -72,6 +72,7 @@ def consume_alerts(bootstrap: str, topic: str, group: str, want: int, timeout_s:
     return out
 
 
+@pytest.mark.timeout(420)  # a 16-node scenario through a real worker: ~50 s here, more on a loaded machine
 def test_confluent_kafka_produces_telemetry_and_consumes_alerts(settings: LockstepSettings, tmp_path: Path) -> None:
     assert settings.kafka_bootstrap_servers
     bootstrap = settings.kafka_bootstrap_servers

@@ -42,8 +42,8 @@ def test_run_shows_the_seed_incident_alert_with_its_evidence_chain(tmp_path: obj
     env["LOCKSTEP_DATA_DIR"] = str(tmp_path)
     env["LOCKSTEP_WATERMARK_IDLE_S"] = env["LOCKSTEP_WATERMARK_ORPHAN_HOLD_S"] = "600"
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "lockstep.cli", "run", "--exit-on", "firing", "--max-seconds", "300"],
-                          env=env, capture_output=True, text=True, timeout=360)
+    proc = subprocess.run([sys.executable, "-m", "lockstep.cli", "run", "--exit-on", "firing", "--max-seconds", "240"],
+                          env=env, capture_output=True, text=True, timeout=280)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, (elapsed, proc.stdout[-2000:], proc.stderr[-3000:])
     out = proc.stdout
