@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import doctest
+import importlib
 import re
+
+import pytest
 
 from lockstep.cli import build_parser
 from lockstep.commands.topics import topic_table
@@ -41,3 +45,9 @@ def test_topics_list_columns_stay_inside_the_width() -> None:
     assert len(starts) == len(rows)  # one first line per topic; continuations start blank
     assert all(line[purpose_at - 2:purpose_at] == "  " for line in lines if len(line) > purpose_at)
     assert "".join(lines).count("link:<node>:<dev>:<port>") == 1  # the long inventory key, whole
+
+
+@pytest.mark.parametrize("module", ["lockstep.cli", "lockstep.commands.topics"])
+def test_docstring_examples(module: str) -> None:
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted and result.failed == 0

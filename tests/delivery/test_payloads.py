@@ -131,6 +131,15 @@ def test_alertmanager_postable_alerts(alert, ctx) -> None:
         "fabric": "ib"}
 
 
+def test_alertmanager_docstring_examples() -> None:
+    import doctest
+
+    import lockstep.delivery.receivers.alertmanager as am
+
+    result = doctest.testmod(am)
+    assert result.attempted >= 5 and result.failed == 0
+
+
 def test_alertmanager_times_are_never_after_the_wall_clock(alert, ctx) -> None:
     """A source (or the demo) ahead of the wall clock: Alertmanager would keep a resolved alert active."""
     ahead = dict(alert, status="resolved", started_at="2025-11-30T11:45:00Z", resolved_at="2025-11-30T11:50:00Z")
