@@ -208,3 +208,48 @@ def test_an_incident_through_the_real_alertmanager(broker: EmbeddedBroker, alert
             await producer.stop()
 
     asyncio.run(go())
+
+
+def test_a_revised_root_cause_leaves_no_stale_alert_in_alertmanager(broker: EmbeddedBroker, alertmanager: str,
+                                                                    tmp_path: Path) -> None:
+    """Late evidence moves the root cause (same alert id and dedup key): delivery drops the revised
+    firing record as already notified, and the resolve carries the new root cause's labels; the
+    label set Alertmanager was told about must end with it, not an hour later (``firing_ttl``)."""
+    run = uuid.uuid4().hex[:8]
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(ROUTES.format(url=alertmanager))
+    settings = LockstepSettings(  # type: ignore[call-arg]
+        _env_file=None, kafka_bootstrap_servers=broker.bootstrap, topic_prefix=f"amr{run}.", app_id=f"amr-{run}",
+        partitions=1, delivery_routes_file=routes, delivery_offset_reset="earliest")
+    firing = sample_alert(time.time(), tag=run)
+    key = firing["dedup_key"]
+    old_root = dict(firing["root_cause"], source="leaf02", labels={"port": "9"})
+    firing["root_cause"] = old_root
+    before = {k: old_root[k] for k in ("domain", "layer", "source", "labels", "metric")}
+    revised = dict(firing, root_cause=dict(old_root, source="leaf03", labels={"port": "17"}),
+                   details={"revised_from": before})
+
+    async def go() -> None:
+        await create_topics(settings, broker.bootstrap)
+        topic = TopicCatalogue(settings).alerts
+        producer = await start_producer(settings, broker.bootstrap)
+        service = DeliveryService(settings, broker.bootstrap, hostname="am-test")
+        loop = asyncio.get_running_loop()
+
+        async def until(cond: Callable[[], Any], what: str) -> Any:
+            return await loop.run_in_executor(None, wait_for, cond, what, 30.0)
+
+        try:
+            await service.start()
+            await producer.send_and_wait(topic, orjson.dumps(firing), key=b"llm-70b")
+            [shown] = await until(lambda: ours(alertmanager, key), "the firing alert")
+            assert (shown["labels"]["switch"], shown["labels"]["port"]) == ("leaf02", "9")
+            await producer.send_and_wait(topic, orjson.dumps(revised), key=b"llm-70b")
+            resolved = dict(revised, status="resolved", resolved_at=format_ts(time.time()))
+            await producer.send_and_wait(topic, orjson.dumps(resolved), key=b"llm-70b")
+            await until(lambda: not ours(alertmanager, key), "no alert of the dedup key left active")
+        finally:
+            await service.stop()
+            await producer.stop()
+
+    asyncio.run(go())

@@ -75,20 +75,16 @@ def gpus_bucket(gpus: int) -> str:
 
 
 def alert_fabric(alert: dict[str, Any]) -> str:
-    """``ib`` or ``roce`` when the root cause (else the earliest network entry of the timeline) is a
-    metric of that fabric in the catalogue; empty when unknown (the label is then left out).
+    """``ib`` or ``roce`` when the root cause is a metric of that fabric in the catalogue; empty
+    otherwise (the label is then left out). From the root cause alone, so the label set of a
+    revised root cause can be rebuilt (:func:`am_postable_alerts`).
 
-    >>> alert_fabric({"root_cause": {"metric": "SymbolErrorCounter"}})
-    'ib'
-    >>> alert_fabric({"root_cause": {"metric": "step_time_seconds"}, "timeline": [{"metric": "rx_discards_phy"}]})
-    'roce'
+    >>> alert_fabric({"root_cause": {"metric": "SymbolErrorCounter"}}), alert_fabric({"root_cause": {
+    ...     "metric": "rx_discards_phy"}}), alert_fabric({"root_cause": {"metric": "step_time_seconds"}})
+    ('ib', 'roce', '')
     """
-    metrics = [(alert.get("root_cause") or {}).get("metric")] + [e.get("metric") for e in alert.get("timeline") or []]
-    for metric in metrics:
-        fabric = FABRIC_LABELS.get(FABRICS.get(str(metric), ""))
-        if fabric:
-            return fabric
-    return ""
+    metric = (alert.get("root_cause") or {}).get("metric")
+    return FABRIC_LABELS.get(FABRICS.get(str(metric), ""), "")
 
 
 def am_labels(alert: dict[str, Any]) -> dict[str, str]:
@@ -99,8 +95,9 @@ def am_labels(alert: dict[str, Any]) -> dict[str, str]:
     ``dedup_key``, the alert's own labels), where the root cause is exactly as Lockstep's own
     silences see it (``root_layer``, ``root_source`` and ``switch`` + ``port``, ``pool`` or
     ``node``: ``streams.rules.match_labels``), the root cause's ``device`` (a NIC's device, a GPU's
-    index), ``gpus_bucket`` and ``fabric``. None of them changes during an incident, so repeated
-    posts keep one Alertmanager fingerprint.
+    index), ``gpus_bucket`` and ``fabric``. They stay the same through an incident's repeats and
+    its resolution, so Alertmanager sees one fingerprint, unless late evidence revises the root
+    cause (:func:`am_postable_alerts` then ends the old label set).
 
     >>> labels = am_labels({"type": "job_slowdown", "severity": "critical", "job_id": "llm", "dedup_key": "k",
     ...     "gpus": 256, "root_cause": {"domain": "network", "layer": "switch", "source": "leaf03",
@@ -168,6 +165,34 @@ def am_postable_alert(alert: dict[str, Any], ctx: DeliveryContext, firing_ttl: f
     return out
 
 
+def am_postable_alerts(alert: dict[str, Any], ctx: DeliveryContext, firing_ttl: float) -> list[dict[str, Any]]:
+    """The ``/api/v2/alerts`` elements for one alert state: itself and, when late evidence revised its
+    root cause (``details.revised_from``), the label set it had before, ended now, so Alertmanager
+    does not keep the old fingerprint active until its ``endsAt``.
+
+    >>> from lockstep.delivery.sample import sample_alert
+    >>> a = sample_alert(1764502930.0)
+    >>> a["details"] = {"revised_from": {"domain": "compute", "layer": "gpu", "source": "gpu007",
+    ...                                  "labels": {"gpu": "0"}, "metric": "DCGM_FI_DEV_GPU_UTIL"}}
+    >>> [(p["labels"].get("switch") or p["labels"]["node"], p["endsAt"][11:19])
+    ...  for p in am_postable_alerts(a, DeliveryContext(now=1764502930.0), 3600.0)]
+    [('leaf03', '12:42:10'), ('gpu007', '11:42:10')]
+    """
+    out = [am_postable_alert(alert, ctx, firing_ttl)]
+    before = (alert.get("details") or {}).get("revised_from")
+    if isinstance(before, dict):
+        old = dict(alert, status="resolved", resolved_at=format_ts(ctx.now),
+                   root_cause=dict(alert.get("root_cause") or {}, **before))
+        old_labels = dict(old.get("labels") or {})
+        if before.get("domain"):
+            old_labels["domain"] = str(before["domain"])
+        old["labels"] = old_labels
+        previous = am_postable_alert(old, ctx, firing_ttl)
+        if previous["labels"] != out[0]["labels"]:
+            out.append(previous)
+    return out
+
+
 class BearerReceiver(HttpReceiver):
     """POSTs JSON to a :class:`BearerTarget`'s URL with its token (``Authorization: Bearer``)."""
 
@@ -195,4 +220,5 @@ class AlertmanagerReceiver(BearerReceiver):
         self._ttl = cfg.firing_ttl
 
     async def send(self, notification: Notification, ctx: DeliveryContext) -> None:
-        await self.post([am_postable_alert(a, ctx, self._ttl) for a in notification.alerts], frozenset({200}), ctx.now)
+        body = [p for a in notification.alerts for p in am_postable_alerts(a, ctx, self._ttl)]
+        await self.post(body, frozenset({200}), ctx.now)
