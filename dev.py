@@ -5,8 +5,9 @@
     python3 dev.py test     # the whole test suite (lint, types, unit, broker, browser) - what CI runs
 
 Both create ``.venv`` and install the project with its dev extras when needed (again only when
-pyproject.toml changes). ``test`` also installs Debian's chromium for the browser test when it is
-missing and the machine allows it. Anything after the command is passed on (``run --speed 20``,
+pyproject.toml changes). ``test`` also installs the Debian packages the tests use (chromium,
+prometheus-alertmanager, prometheus: ``APT_PACKAGES``) when they are missing and the machine
+allows it. Anything after the command is passed on (``run --speed 20``,
 ``test -k replay``).
 """
 
@@ -45,21 +46,38 @@ def ensure_venv() -> None:
     STAMP.write_text(digest)
 
 
-def ensure_chromium() -> None:
-    """Debian's chromium for the browser test (installed once, if apt-get is usable)."""
-    if shutil.which("chromium") or shutil.which("chromium-browser") or os.environ.get("LOCKSTEP_CHROMIUM"):
+#: Debian packages the tests use, each with the command that shows it is installed: the browser test
+#: (chromium), the Alertmanager test (alertmanager, amtool), the promtool and Prometheus tests.
+APT_PACKAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("chromium", ("chromium", "chromium-browser")),
+    ("prometheus-alertmanager", ("prometheus-alertmanager",)),
+    ("prometheus", ("prometheus",)),
+    ("prometheus-node-exporter", ("prometheus-node-exporter",)),
+)
+
+
+def ensure_apt_packages(packages: tuple[tuple[str, tuple[str, ...]], ...] = APT_PACKAGES) -> None:
+    """Install, once and if apt-get is usable, the Debian packages whose commands are all missing.
+
+    Without apt-get or root, nothing is installed and each test that needs a package skips saying so.
+    ``LOCKSTEP_CHROMIUM`` names a browser to use instead of Debian's.
+    """
+    missing = [name for name, commands in packages
+               if not any(shutil.which(c) for c in commands)
+               and not (name == "chromium" and os.environ.get("LOCKSTEP_CHROMIUM"))]
+    if not missing:
         return
     apt = shutil.which("apt-get")
     if apt is None:
-        print("note: chromium not found and no apt-get; the browser test will say so", flush=True)
+        print(f"note: {', '.join(missing)} not found and no apt-get; the tests that need them will say so", flush=True)
         return
     prefix = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
     if prefix is None:
-        print("note: chromium not found and not root; the browser test will say so", flush=True)
+        print(f"note: {', '.join(missing)} not found and not root; the tests that need them will say so", flush=True)
         return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     if sh(*prefix, apt, "-qq", "update", check=False, env=env) == 0:
-        sh(*prefix, apt, "-qq", "install", "-y", "--no-install-recommends", "chromium", check=False, env=env)
+        sh(*prefix, apt, "-qq", "install", "-y", "--no-install-recommends", *missing, check=False, env=env)
 
 
 def main(argv: list[str]) -> int:
@@ -70,7 +88,7 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     if command == "run":
         os.execv(str(BIN / "lockstep"), [str(BIN / "lockstep"), "run", *rest])
-    ensure_chromium()
+    ensure_apt_packages()
     if not rest:  # the full gate: lint and types first (fast), then every test, one process per core
         sh(BIN / "ruff", "check", ".")
         sh(BIN / "mypy")

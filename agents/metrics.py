@@ -22,8 +22,9 @@ class WorkerMetrics:
                                     ["topic"], registry=r)
         self.duplicates = Counter("lockstep_duplicate_samples_total", "Exact duplicate samples dropped",
                                   ["topic"], registry=r)
-        self.counter_resets = Counter("lockstep_counter_resets_total", "Counter resets or wraps seen", ["topic"],
-                                      registry=r)
+        # Not "counter_resets": promtool rejects a metric name containing its type ("counter").
+        self.counter_resets = Counter("lockstep_series_resets_total", "Resets or wraps of cumulative input series "
+                                      "seen", ["topic"], registry=r)
         self.unknown_metrics = Counter("lockstep_unknown_metric_series_total",
                                        "Series whose metric name the catalogue does not know", ["topic"], registry=r)
         self.anomalies = Counter("lockstep_anomalies_total", "Anomaly episode transitions mapped to jobs",

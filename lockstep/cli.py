@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import re
 import sys
 from collections.abc import Sequence
 
@@ -18,6 +19,38 @@ from pydantic import ValidationError
 import lockstep.commands
 from lockstep import __version__
 from models.errors import ConfigError
+
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)*:`(~?)([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``")
+_EMPHASIS = re.compile(r"(?<![\w*])\*{1,2}(\w[^*]*?\w|\w)\*{1,2}(?![\w*])")
+
+
+def plain_text(text: str) -> str:
+    """A docstring as ``--help`` shows it: without reStructuredText markup (roles, literals, emphasis).
+
+    >>> plain_text("Runs :func:`streams.formats.convert` with one :class:`~streams.x.AdapterState` "
+    ...            "(``FILE: REASON``), a *message* and **this**; globs stay: *.csv")
+    'Runs streams.formats.convert with one AdapterState (FILE: REASON), a message and this; globs stay: *.csv'
+    """
+    text = _ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), text)
+    return _EMPHASIS.sub(r"\1", _LITERAL.sub(r"\1", text))
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Strip the markup from a parser's description, epilog and every argument's and subcommand's help."""
+    for attr in ("description", "epilog"):
+        value = getattr(parser, attr)
+        if value:
+            setattr(parser, attr, plain_text(value))
+    for action in parser._actions:
+        if action.help:
+            action.help = plain_text(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                if choice.help:
+                    choice.help = plain_text(choice.help)
+            for sub in set(action.choices.values()):
+                _plain_help(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         register = getattr(module, "register", None)
         if register is not None:
             register(sub)
+    _plain_help(parser)  # the commands' descriptions are their module docstrings, written for Sphinx
     return parser
 
 

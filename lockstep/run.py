@@ -15,12 +15,14 @@ import asyncio
 import contextlib
 import logging
 import math
+import secrets
 import signal
 import sys
 import time
 from typing import Any, TextIO
 
 import orjson
+from pydantic import SecretStr
 
 from agents.kafka import client_kwargs, start_producer
 from agents.topics import TopicCatalogue, create_topics
@@ -88,6 +90,42 @@ def fault_banner(scenario: Scenario, start_ts: float, now: float, speed: float) 
         return "no fault"
     due = send_at(offset, start_ts=start_ts, wall0=now, speed=speed)
     return f"first fault at {format_ts(start_ts + offset)[11:19]} UTC event time, in about {due - now:.0f} s"
+
+
+def demo_token(settings: LockstepSettings) -> tuple[LockstepSettings, str | None]:
+    """The settings the demo's worker gets, with an API token, and the token to print.
+
+    Without ``LOCKSTEP_API_TOKEN`` the page's write buttons (Silence, Annotate) would answer 403, so
+    the demo makes a random token for this run and returns it to print; a token that is set is used
+    as it is and not printed (None).
+
+    >>> s, token = demo_token(LockstepSettings(_env_file=None))
+    >>> len(token), s.api_token.get_secret_value() == token
+    (24, True)
+    >>> demo_token(LockstepSettings(_env_file=None, api_token="mine"))[1] is None
+    True
+    """
+    if settings.api_token is not None:
+        return settings, None
+    token = secrets.token_hex(12)  # hex: never starts with "-", pastes as one word
+    return settings.model_copy(update={"api_token": SecretStr(token)}), token
+
+
+def next_steps(bootstrap: str, web_url: str) -> str:
+    """What to type in a second terminal, with this run's broker address and web URL.
+
+    >>> print(next_steps("127.0.0.1:40123", "http://127.0.0.1:6066"), end="")
+    lockstep: in another terminal (with lockstep on PATH):
+      export LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:40123
+      lockstep tail alerts --from-beginning
+      lockstep diagnose llm-70b --url http://127.0.0.1:6066
+      lockstep annotate --job llm-70b "replaced the optics of leaf03 port 17"
+    """
+    return ("lockstep: in another terminal (with lockstep on PATH):\n"
+            f"  export LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS={bootstrap}\n"
+            "  lockstep tail alerts --from-beginning\n"
+            f"  lockstep diagnose llm-70b --url {web_url}\n"
+            '  lockstep annotate --job llm-70b "replaced the optics of leaf03 port 17"\n')
 
 
 async def play(settings: LockstepSettings, bootstrap: str, scenario: str, speed: float, seed: int,
@@ -181,6 +219,7 @@ async def run(settings: LockstepSettings, *, scenario: str = "seed-incident", sp
         if settings.web_port and not port_available(settings.web_host, settings.web_port):
             out.write(f"lockstep: port {settings.web_port} is in use; the page goes on a free port instead\n")
             settings = settings.model_copy(update={"web_port": 0})
+        settings, token = demo_token(settings)
         worker = Worker(settings, bootstrap, serve_web=True)
         await worker.start()
         out.write(f"lockstep: worker up; simulating {len(sim.nodes)} nodes x {sim.cluster.gpus_per_node} GPUs, "
@@ -188,6 +227,12 @@ async def run(settings: LockstepSettings, *, scenario: str = "seed-incident", sp
         out.write(f"lockstep: {fault_banner(sc, anchor, time.time(), speed)}; event times run behind the wall "
                   "clock until the scenario has played\n")
         out.write(f"lockstep: timeline page at {worker.web_url}/\n")
+        if token is not None:
+            out.write(f"lockstep: API token {token} (the page asks for it on Silence and Annotate; "
+                      "set LOCKSTEP_API_TOKEN to choose it)\n")
+        else:
+            out.write("lockstep: API token from LOCKSTEP_API_TOKEN\n")
+        out.write(next_steps(bootstrap, str(worker.web_url)))
         out.write("lockstep: waiting for alerts (Ctrl-C to stop)\n")
         out.flush()
 

@@ -124,8 +124,29 @@ def test_alertmanager_postable_alerts(alert, ctx) -> None:
     assert a["labels"]["alertname"] == "job_slowdown" and a["labels"]["severity"] == "critical"
     assert a["startsAt"] == alert["started_at"] and a["endsAt"] == "2025-11-30T12:43:20.000Z"
     assert a["generatorURL"] == "https://lockstep.example/alerts/sample-test"
-    resolved = dict(alert, status="resolved", resolved_at="2025-11-30T11:50:00Z")
-    assert am_postable_alert(resolved, ctx, 3600.0)["endsAt"] == "2025-11-30T11:50:00Z"
+    resolved = dict(alert, status="resolved", resolved_at="2025-11-30T11:43:00Z")
+    assert am_postable_alert(resolved, ctx, 3600.0)["endsAt"] == "2025-11-30T11:43:00Z"
+    assert {k: a["labels"][k] for k in ("switch", "port", "domain", "job", "gpus_bucket", "fabric")} == {
+        "switch": "leaf03", "port": "17", "domain": "network", "job": "llm-70b", "gpus_bucket": "256-1023",
+        "fabric": "ib"}
+
+
+def test_alertmanager_docstring_examples() -> None:
+    import doctest
+
+    import lockstep.delivery.receivers.alertmanager as am
+
+    result = doctest.testmod(am)
+    assert result.attempted >= 5 and result.failed == 0
+
+
+def test_alertmanager_times_are_never_after_the_wall_clock(alert, ctx) -> None:
+    """A source (or the demo) ahead of the wall clock: Alertmanager would keep a resolved alert active."""
+    ahead = dict(alert, status="resolved", started_at="2025-11-30T11:45:00Z", resolved_at="2025-11-30T11:50:00Z")
+    a = am_postable_alert(ahead, ctx, 3600.0)
+    assert a["startsAt"] == a["endsAt"] == "2025-11-30T11:43:20.000Z"  # ctx.now
+    firing = am_postable_alert(dict(alert, started_at="2025-11-30T11:45:00Z"), ctx, 3600.0)
+    assert firing["startsAt"] == "2025-11-30T11:43:20.000Z" and firing["endsAt"] == "2025-11-30T12:43:20.000Z"
 
 
 def test_webhook_v4_shape_and_truncation(alert, ctx) -> None:

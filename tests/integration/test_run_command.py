@@ -1,4 +1,4 @@
-"""`lockstep run` (the README's first command minus the venv set-up): the seed alert within 60 s."""
+"""`lockstep run` (the README's first command minus the venv set-up): the seed alert and its evidence chain."""
 
 from __future__ import annotations
 
@@ -15,21 +15,50 @@ import pytest
 pytestmark = pytest.mark.broker
 
 
-def test_run_shows_the_seed_incident_alert_within_60_seconds(tmp_path: object) -> None:
+def alert_blocks(out: str) -> list[list[str]]:
+    """The alert blocks of ``lockstep run``'s output (each starts with its ``━━`` headline)."""
+    blocks: list[list[str]] = []
+    for line in out.splitlines():
+        if line.startswith("━━ "):
+            blocks.append([line])
+        elif blocks and line.startswith("  "):
+            blocks[-1].append(line)
+    return blocks
+
+
+def test_run_shows_the_seed_incident_alert_with_its_evidence_chain(tmp_path: object) -> None:
+    """The run ends at the first firing alert (an event, not a time budget); that alert's own block
+    shows the whole chain.
+
+    The watermark's two wall-clock rules are put out of play: an input partition fetched nothing
+    for ``LOCKSTEP_WATERMARK_IDLE_S`` (10 s) counts as idle, one not mentioned for
+    ``LOCKSTEP_WATERMARK_ORPHAN_HOLD_S`` (60 s) as orphaned, and either stops holding the watermark.
+    On a loaded machine a partition fetched late (the GPU topic is the largest) can so drop out and
+    the verdict go ahead without its evidence: the chain once lacked its GPU row. With both at
+    600 s the verdict waits for every input's evidence, whatever the load; an unloaded run is not
+    slower (every partition of the demo carries data every second: 17.6 s and 17.5 s to the alert).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
     env["LOCKSTEP_DATA_DIR"] = str(tmp_path)
+    env["LOCKSTEP_WATERMARK_IDLE_S"] = env["LOCKSTEP_WATERMARK_ORPHAN_HOLD_S"] = "600"
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "lockstep.cli", "run", "--exit-on", "firing", "--max-seconds", "60"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "lockstep.cli", "run", "--exit-on", "firing", "--max-seconds", "240"],
+                          env=env, capture_output=True, text=True, timeout=280)
     elapsed = time.monotonic() - started
-    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    assert proc.returncode == 0, (elapsed, proc.stdout[-2000:], proc.stderr[-3000:])
     out = proc.stdout
     assert "embedded Kafka-protocol broker" in out
-    assert "FIRING critical · job_slowdown · llm-70b (256 GPUs, 32 nodes)" in out
-    assert "cause    network: switch leaf03 port=17 moved first" in out
-    timeline = [line.split()[1] for line in out.split("timeline", 1)[1].splitlines()[1:] if line.startswith("    ")]
-    assert list(dict.fromkeys(timeline)) == ["switch", "nccl", "gpu", "step"]
-    assert elapsed < 60 + 15  # 60 s budget for the alert, plus shutdown
+    [block] = [b for b in alert_blocks(out) if "FIRING critical · job_slowdown · llm-70b (256 GPUs, 32 nodes)" in b[0]]
+    assert any(line.startswith("  cause    network: switch leaf03 port=17 moved first") for line in block), block
+    rows = block[block.index("  timeline") + 1:]
+    layers = [line.split()[1] for line in rows if line.startswith("    ")]
+    assert list(dict.fromkeys(layers)) == ["switch", "nccl", "gpu", "step"], block
+    # The first hour's addresses and token (README), this run's own.
+    broker = re.search(r"^lockstep: embedded Kafka-protocol broker \(Tansu, pid \d+\) on (\S+)$", out, re.M)
+    page = re.search(r"^lockstep: timeline page at (http://\S+)/$", out, re.M)
+    assert broker and page and re.search(r"^lockstep: API token [0-9a-f]{24} \(", out, re.M), out[:3000]
+    assert f"  export LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS={broker.group(1)}\n" in out
+    assert f"  lockstep diagnose llm-70b --url {page.group(1)}\n" in out
     # The banner names this run's fault time: the time the alert's cause moved first.
     banner = re.search(r"^lockstep: first fault at (\d\d:\d\d:\d\d) UTC event time, in about \d+ s;", out, re.M)
     cause = re.search(r"^  cause    network: switch leaf03 port=17 moved first at (\d\d:\d\d:\d\d)\.\d{3}", out, re.M)
