@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -335,8 +336,16 @@ class Ingest:
         # restore or a catch-up) and has fetched nothing for it for watermark_idle_s: then it has no data.
         now = time.monotonic()
         busy = state.batch_started is not None and now - state.batch_started > 1.0
-        idle = [] if busy else sorted(o for o in state.published_wm
-                                      if now - state.last_message.get(o, now) > rt.settings.watermark_idle_s)
+        offsets = rt.offsets
+
+        def waiting(origin: str) -> bool:
+            pipe = state.pipelines.get(origin)
+            if offsets is None or pipe is None:
+                return False
+            topic, _, partition = origin.rpartition(":")
+            return offsets.waiting(topic, int(partition), pipe.last_offset)
+
+        idle = idle_inputs(state.published_wm, state.last_message, now, rt.settings.watermark_idle_s, busy, waiting)
         value = orjson.dumps({"type": "watermark", "origins": state.published_wm, "eos": sorted(state.eos),
                               "idle": idle})
         state.wm_dirty = False
@@ -350,6 +359,24 @@ class Ingest:
         if self.state.wm_dirty or now - self.state.last_broadcast >= 1.0:
             self.state.last_broadcast = now
             await self.broadcast_watermarks()
+
+
+def idle_inputs(published: dict[str, float], last_message: dict[str, float], now: float, idle_s: float,
+                busy: bool, waiting: Callable[[str], bool]) -> list[str]:
+    """The input partitions this worker reports idle: it keeps up (not inside a long batch), has been handed
+    nothing for them for ``idle_s``, and the broker holds nothing more for them (``waiting``: records
+    beyond the last offset processed, as the consumer last saw the partition's end). An input that is
+    merely slow to be fetched under load keeps holding the watermark, so its evidence is not made late.
+
+    >>> pub, seen = {"t:0": 100.0, "t:1": 100.0, "t:2": 100.0}, {"t:0": 0.0, "t:1": 0.0, "t:2": 9.0}
+    >>> idle_inputs(pub, seen, 12.0, 10.0, False, lambda o: o == "t:1")
+    ['t:0']
+    >>> idle_inputs(pub, seen, 12.0, 10.0, True, lambda o: False)
+    []
+    """
+    if busy:
+        return []
+    return sorted(o for o in published if now - last_message.get(o, now) > idle_s and not waiting(o))
 
 
 def ingest_resume_counter(metrics: Any) -> Any:

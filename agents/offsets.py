@@ -57,6 +57,19 @@ class Offsets:
                     first - 1, len(records))
         return records
 
+    def waiting(self, topic: str, partition: int, processed: int | None) -> bool:
+        """Whether the broker holds records of the partition beyond offset ``processed``, as the consumer
+        last saw the partition's end (its high-water mark); False when that is not known."""
+        from faust.types import TP
+
+        try:
+            high = self.app.consumer.highwater(TP(topic, partition))
+        except Exception:  # not started, or not assigned
+            return False
+        if not isinstance(high, int):
+            return False
+        return high > (processed + 1 if processed is not None else 0)
+
     def ack(self, records: list[Any]) -> None:
         """Acknowledge records read around Faust (a hole), so the group's commit can pass them."""
         if not records:

@@ -15,7 +15,8 @@ PACKAGES = [models, streams]
 EXTRA = ["lockstep.render", "lockstep.safetext", "lockstep.commands.tail", "lockstep.commands.diagnose",
          "lockstep.commands.schema",
          "lockstep.run", "lockstep.simulate", "lockstep.replay", "lockstep.broker", "lockstep.logs",
-         "agents.app", "agents.batching", "agents.deadletters", "agents.recovery", "agents.runtime", "agents.snapshots",
+         "agents.app", "agents.batching", "agents.deadletters", "agents.ingest", "agents.recovery", "agents.runtime",
+         "agents.snapshots",
          "agents.carriers", "agents.gaps", "agents.stalls", "agents.topics", "agents.transport",
          "lockstep.commands.bench", "benchmarks.lockbench", "benchmarks.cpulimit"]
 
