@@ -144,6 +144,10 @@ class LockstepSettings(BaseSettings):
         default=2.0, gt=0, description="How often a worker asks the broker for its metadata; no answer within "
         "twice this makes the worker not ready and logs one line until the broker answers again"
     )
+    job_end_margin_s: float = Field(
+        default=10.0, ge=0, description="GPUs that fall idle this close to a job's end, or once it is no longer "
+        "RUNNING, are the job ending: no gpu_utilisation alert (which waits this long after it is due)"
+    )
     correlation_stall_s: float = Field(
         default=60.0, gt=0, description="/readyz fails when ingest has processed samples for this long (wall time) "
         "while no correlation watermark of the worker moved"

@@ -24,3 +24,6 @@ class CorrelatorConfig:
     flap_window_s: float = 120.0
     #: Fraction of a job's GPUs whose utilisation must fall together for a gpu_utilisation alert.
     gpu_fraction: float = 0.25
+    #: GPUs that fall idle this close to the job's end (or once it is no longer RUNNING) are the job
+    #: ending, not a slowdown: a gpu_utilisation alert waits this long after it is due to know.
+    job_end_margin_s: float = 10.0

@@ -252,3 +252,24 @@ def test_the_same_cause_back_soon_after_reopens_the_same_incident() -> None:
     assert [a["status"] for a in alerts] == ["firing", "resolved", "firing", "resolved"]
     assert alerts[0]["alert_id"] == alerts[2]["alert_id"]
     assert alerts[2]["details"]["reopened"] == 1
+
+
+JOB_END_GPUS = "\n".join(f"gpu n{n} DCGM_FI_DEV_GPU_UTIL utilisation gpu={g} | ........XXXXXXXXXXXXXXXXXXXXXXXXXXXXXX"
+                         for n in (1, 2) for g in range(8))
+
+
+@pytest.mark.parametrize(("state", "at"), [("COMPLETING", 12), ("COMPLETED", 12), ("COMPLETED", 20),
+                                            ("CANCELLED", 30)])
+def test_a_job_end_is_never_a_gpu_utilisation_page(state: str, at: int) -> None:
+    """The scheduler ends the job a few seconds after its GPUs fall idle (and their episodes never end:
+    the series leave the job): no alert, whether it passes through COMPLETING or ends at once."""
+    inv = inventory()
+    inv.apply(inventory_adapter.validate_python({"kind": "job", "ts": T + at, "job_id": "j", "state": state,
+                                                 "nodes": "n[1-4]", "gpus_per_node": 8}))
+    assert run(JOB_END_GPUS, inv) == []
+
+
+def test_gpus_idle_in_a_job_that_keeps_running_still_page() -> None:
+    alerts = run(JOB_END_GPUS)
+    assert [(a["type"], a["status"]) for a in alerts] == [("gpu_utilisation", "firing"),
+                                                          ("gpu_utilisation", "resolved")]

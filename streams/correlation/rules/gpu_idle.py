@@ -3,7 +3,9 @@
 At ``t*`` at least ``gpu_fraction`` of the job's GPUs are in a utilisation-down episode at once; the
 alert is due ``grace_s + symptom_hold_s`` later (the hold gives a cause alert the time to arrive). A
 cause alert firing at the due time (another job's, or this job's over the interval it fired) that an
-inhibition rule matches inhibits it; one that fires after it supersedes it (resolved, naming the cause)::
+inhibition rule matches inhibits it; one that fires after it supersedes it (resolved, naming the
+cause). GPUs idle while the job is not RUNNING, or within ``job_end_margin_s`` of its end, are the
+job ending: no alert::
 
     gpu  n1 gpu0..7  DCGM_FI_DEV_GPU_UTIL ....XXXXXXXXXX    <- t*: 8 of 32 GPUs down
                                               |<-hold->|   due: t* + grace + symptom_hold
@@ -65,7 +67,14 @@ class GpuIdleRule(BaseRule):
             return
         t_star, members = together
         due = t_star + cfg.grace_s + cfg.symptom_hold_s
-        if horizon < due:
+        if horizon < due + cfg.job_end_margin_s:
+            return
+        running = ctx.inventory.job(job.job_id, t_star)
+        if running is None or running.state != "RUNNING" or (
+                running.end is not None and running.end <= due + cfg.job_end_margin_s):
+            # The job was not running, or it ended (COMPLETING, COMPLETED, ...) around these idle GPUs:
+            # a job end is never a slowdown. Its drops are done with.
+            st.closed_until = max(d.ts for d in drops)
             return
         members = [d for d in members if float(d.start.get("confirmed_ts", d.ts)) <= due + cfg.allowed_lateness_s]
         if len(members) < need:
@@ -81,6 +90,7 @@ class GpuIdleRule(BaseRule):
             ctx.inhibit(alert)
             return
         st.symptom.alert = ctx.emit(alert, due)
+        _resolve_when_cleared(st, st.symptom, job, horizon, ctx)  # a watermark jump may have passed both
 
     def on_cause(self, job: JobTimeline, cause: Alert, horizon: float, ctx: RuleContext) -> None:
         """A cause alert that arrives after the job's GPU symptom alert fired inhibits it after the fact:
