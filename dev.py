@@ -62,6 +62,21 @@ def ensure_chromium() -> None:
         sh(*prefix, apt, "-qq", "install", "-y", "--no-install-recommends", "chromium", check=False, env=env)
 
 
+def ensure_prometheus() -> None:
+    """Debian's prometheus and prometheus-node-exporter for the remote-write test (once, if apt-get is usable)."""
+    if shutil.which("prometheus") and shutil.which("prometheus-node-exporter"):
+        return
+    apt = shutil.which("apt-get")
+    prefix = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
+    if apt is None or prefix is None:
+        print("note: prometheus not found and no usable apt-get; the remote-write test will say so", flush=True)
+        return
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    if sh(*prefix, apt, "-qq", "update", check=False, env=env) == 0:
+        sh(*prefix, apt, "-qq", "install", "-y", "--no-install-recommends", "prometheus",
+           "prometheus-node-exporter", check=False, env=env)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("run", "test"):
         print(__doc__)
@@ -71,6 +86,7 @@ def main(argv: list[str]) -> int:
     if command == "run":
         os.execv(str(BIN / "lockstep"), [str(BIN / "lockstep"), "run", *rest])
     ensure_chromium()
+    ensure_prometheus()
     if not rest:  # the full gate: lint and types first (fast), then every test, one process per core
         sh(BIN / "ruff", "check", ".")
         sh(BIN / "mypy")

@@ -72,6 +72,7 @@ QUERY = {
     "/jobs/{job_id}/diagnosis": {"alert"}, "/alerts": {"job", "status", "limit"}, "/alerts/{alert_id}": set(),
     "/fabric/{switch}/{port}": set(), "/annotations": {"job"}, "/silences": {"state"},
     "/silences/{silence_id}": set(),
+    "/api/v1/write": set(),
 }
 #: Routes whose answers are computed in the thread pool, at most ``web_max_heavy_requests`` at once
 #: (their cost grows with the cluster, the window or the store); everything else is answered on the
@@ -262,6 +263,7 @@ class WebServer:
         r.add_post("/silences", self.silence_create)
         r.add_get("/silences/{silence_id}", self.silence)
         r.add_delete("/silences/{silence_id}", self.silence_expire)
+        r.add_post("/api/v1/write", self.remote_write)
         r.add_get("/static/{name}", self.static)
         return app
 
@@ -418,6 +420,17 @@ class WebServer:
             if self.producer is None:
                 self.producer = await start_producer(self.settings, self.worker.bootstrap)
             await self.producer.send_and_wait(topic, orjson.dumps(value), key=key.encode())
+        except Exception as exc:
+            log.warning("write to %s failed: %s", topic, exc)
+            raise error(503, f"could not write to Kafka topic {topic}: {type(exc).__name__}", retryable=True) from None
+
+    async def _produce_raw(self, topic: str, key: str | None, value: bytes) -> None:
+        from agents.kafka import start_producer
+
+        try:
+            if self.producer is None:
+                self.producer = await start_producer(self.settings, self.worker.bootstrap)
+            await self.producer.send_and_wait(topic, value, key=key.encode() if key is not None else None)
         except Exception as exc:
             log.warning("write to %s failed: %s", topic, exc)
             raise error(503, f"could not write to Kafka topic {topic}: {type(exc).__name__}", retryable=True) from None
@@ -720,6 +733,37 @@ class WebServer:
         await self._produce(self.catalogue.silences, rec["silence_id"], rec)
         self.store.apply("silences", rec, rec["silence_id"])
         return _json(views.silence_view(rec, now), 201)
+
+    async def remote_write(self, request: web.Request) -> web.Response:
+        """Prometheus remote-write 1.0 (agents/remote_write.py says what each answer means)."""
+        from agents import remote_write as rw
+        from agents.deadletters import fit_dead_letter
+
+        self._require_writer(request)
+        problem = rw.check_headers(request.headers)
+        if problem is not None:
+            raise error(problem.status, problem.message)
+        if request.content_length is not None and request.content_length > rw.MAX_REMOTE_WRITE_BYTES:
+            raise error(413, f"the body is larger than {rw.MAX_REMOTE_WRITE_BYTES // 1024} KiB")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > rw.MAX_REMOTE_WRITE_BYTES:  # a chunked body announces no length
+                raise error(413, f"the body is larger than {rw.MAX_REMOTE_WRITE_BYTES // 1024} KiB")
+            chunks.append(chunk)
+        body = b"".join(chunks)
+        now = self.clock()
+        out = await asyncio.to_thread(rw.convert_request, body, now)  # off the loop the agents share
+        if rw.is_malformed(out):
+            first = out.rejections[0]
+            status = 413 if "more than" in first.reason else 400
+            raise error(status, first.reason)
+        for layer, key, batch in rw.messages(out):
+            await self._produce_raw(self.catalogue.telemetry(layer), key, orjson.dumps(batch))
+        for rec in rw.dead_letters(out, body, now):
+            await self._produce_raw(self.catalogue.dlq, None, orjson.dumps(fit_dead_letter(rec)))
+        return web.Response(status=204)
 
     async def silence_expire(self, request: web.Request) -> web.Response:
         self._require_writer(request)
