@@ -30,13 +30,14 @@ class LineError(ValueError):
     pass
 
 
-def _token(line: str, pos: int, stops: str) -> tuple[str, int]:
-    """Read up to the first unescaped character of ``stops``; backslash escapes ``stops`` and itself."""
+def _token(line: str, pos: int, stops: str, escapes: str = ",= ") -> tuple[str, int]:
+    """Read up to the first unescaped character of ``stops``; a backslash escapes ``escapes`` and itself
+    (the spec's set for tag keys, tag values and field keys; measurements escape only comma and space)."""
     out: list[str] = []
     n = len(line)
     while pos < n:
         c = line[pos]
-        if c == "\\" and pos + 1 < n and (line[pos + 1] in stops or line[pos + 1] == "\\"):
+        if c == "\\" and pos + 1 < n and (line[pos + 1] in escapes or line[pos + 1] == "\\"):
             out.append(line[pos + 1])
             pos += 2
             continue
@@ -68,7 +69,7 @@ def parse_line(line: str) -> tuple[str, dict[str, str], list[tuple[str, float | 
     >>> parse_line('cpu\\\\ load,host=a\\\\,b usage=1.5,n=3i,ok=true,msg="x y" 1700000000')
     ('cpu load', {'host': 'a,b'}, [('usage', 1.5), ('n', 3.0), ('ok', None), ('msg', None)], '1700000000')
     """
-    measurement, pos = _token(line, 0, ", ")
+    measurement, pos = _token(line, 0, ", ", ", ")
     if not measurement:
         raise LineError("no measurement name")
     tags: dict[str, str] = {}
