@@ -18,7 +18,6 @@ from streams.pipeline import Origin, PartitionPipeline
 
 from .helpers import FIXTURES, T0, load, one, run
 
-
 # -- InfluxDB line protocol ------------------------------------------------------------------------
 
 def test_telegraf_infiniband_line_protocol_becomes_nic_counters_of_the_host_tag():
@@ -123,7 +122,8 @@ def test_nvidia_smi_csv_timestamps_na_values_and_noheader_output():
     assert [(s["metric"], s["value"], s["labels"], s["ts"]) for s in out.samples] == [
         ("nvidia_smi_utilization_gpu", 99.0, {"gpu": "3"}, 1605188891.412),
         ("nvidia_smi_memory_used", 30994.0, {"gpu": "3"}, 1605188891.412)]
-    assert out.skipped == {"nvidia-smi text property (not a measurement)": 1, "nvidia-smi value N/A or not supported": 1}
+    assert out.skipped == {"nvidia-smi text property (not a measurement)": 1,
+                           "nvidia-smi value N/A or not supported": 1}
     noheader = run("nvidia-smi-csv", b"99 %, 30994 MiB\n", headers={"source": "n"})
     assert "noheader" in noheader.rejections[0].reason and noheader.samples == []
 
