@@ -268,3 +268,43 @@ def test_remote_write_refuses_a_bomb_before_inflating_and_garbage_as_one_rejecti
     assert out.rejections[0].error == "DecodeFailed" and "more than" in out.rejections[0].reason
     out = convert("prometheus-remote-write", b"\x05hello")
     assert out.rejections[0].record is None and out.rejections[0].error == "DecodeFailed"
+
+
+# -- pretty-printed NCCL Inspector JSON ------------------------------------------------------------
+
+def test_pretty_printed_inspector_objects_convert_like_json_lines():
+    out = run("nccl-inspector", "nccl_inspector_pretty/v4_3_pretty.json", ts=None)
+    assert out.rejections == []
+    assert [(s["metric"], s["value"], s["labels"]["coll"], s["ts"]) for s in out.samples] == [
+        ("coll_exec_time_us", 61974.0, "AllReduce", 1748030377.748202),
+        ("coll_busbw_gbs", 485.119099, "AllReduce", 1748030377.748202),
+        ("coll_algobw_gbs", 277.210914, "AllReduce", 1748030377.748202),
+        ("coll_exec_time_us", 41057.0, "ReduceScatter", 1752867229.235064),  # verbose: coll_stop_ts
+        ("coll_busbw_gbs", 366.134533, "ReduceScatter", 1752867229.235064),
+        ("coll_algobw_gbs", 418.439467, "ReduceScatter", 1752867229.235064)]
+    assert {s["labels"]["comm_id"] for s in out.samples} == {"0x7f8c496ae9f661"}  # from the marker
+    assert out.skipped == {"NCCL Inspector dump_stats marker (context, not a measurement)": 1,
+                           "NCCL Inspector proxy_trace record": 1}
+    compact = b"\n".join(orjson.dumps(doc) for doc in _objects(load("nccl_inspector_pretty/v4_3_pretty.json")))
+    assert run("nccl-inspector", compact, ts=None).samples == out.samples
+
+
+def _objects(raw: bytes) -> list[object]:
+    import json
+
+    decoder, text, pos, docs = json.JSONDecoder(), raw.decode(), 0, []
+    while pos < len(text.rstrip()):
+        doc, pos = decoder.raw_decode(text, pos)
+        docs.append(doc)
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    return docs
+
+
+def test_a_damaged_pretty_printed_object_costs_that_object_only():
+    raw = load("nccl_inspector_pretty/v4_3_pretty.json")
+    damaged = raw.replace(b'"coll_algo": "RING",\n    "coll_proto": "LL"', b'"coll_algo": RING')
+    out = run("nccl-inspector", damaged, ts=None)
+    assert [(r.record, r.error) for r in out.rejections] == [("line 32", "DecodeFailed")]
+    assert {s["labels"]["coll"] for s in out.samples} == {"ReduceScatter"} and len(out.samples) == 3
+    assert "NaN is not JSON" in run("nccl-inspector", b'{\n "coll_perf": NaN\n}\n').rejections[0].reason
