@@ -4,7 +4,9 @@ Prometheus scrapes a real ``prometheus-node-exporter`` (on a free loopback port)
 dcgm-exporter capture (tests/fixtures/formats/dcgm_exporter_hostname.prom, by a tiny local HTTP
 server), every second, with ``remote_write`` pointed at the worker's ``POST /api/v1/write`` and the
 worker's API token. The samples of both must arrive in the native telemetry topics with the layer,
-source and metric the adapters give them; a malformed body gets 400, a request without the token 401.
+source and metric the adapters give them, keyed by source; a malformed body or another encoding gets
+400, a request without the token 401, and a request with an unusable series 204 with that series a
+dead letter on ``dlq``.
 ``dev.py test`` installs the two packages with apt (like chromium); without them the test says so.
 """
 
@@ -14,6 +16,7 @@ import asyncio
 import contextlib
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -30,7 +33,9 @@ import pytest
 from pydantic import SecretStr
 
 from agents.kafka import client_kwargs
+from agents.remote_write import DLQ_TOPIC_NAME
 from agents.topics import TopicCatalogue, create_topics
+from lockstep.replay import read_topic
 from lockstep.worker import Worker
 from models.settings import LockstepSettings
 
@@ -113,6 +118,20 @@ remote_write:
 """
 
 
+def _field(number: int, payload: bytes) -> bytes:
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def nameless_series_request() -> bytes:
+    """A WriteRequest whose only series has no ``__name__`` (snappy-compressed): one dead letter."""
+    import cramjam
+
+    labels = _field(1, _field(1, b"instance") + _field(2, b"gpu009:9400"))
+    sample = _field(2, b"\x09" + struct.pack("<d", 1.0) + b"\x10" + bytes([0xD0, 0x84, 0xC8, 0xA4, 0xAD, 0x33]))
+    return bytes(cramjam.snappy.compress_raw(_field(1, labels + sample)))
+
+
 def post(url: str, body: bytes, headers: dict[str, str]) -> int:
     req = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
@@ -135,7 +154,7 @@ def test_prometheus_remote_write_reaches_the_telemetry_topics(settings: Lockstep
     bootstrap = settings.kafka_bootstrap_servers
     cat = TopicCatalogue(settings)
 
-    async def go(tmp: Path) -> tuple[dict[str, dict[str, Any]], int, int, int]:
+    async def go(tmp: Path) -> tuple[dict[str, dict[str, Any]], tuple[int, ...], list[dict[str, Any]], int]:
         from aiokafka import AIOKafkaConsumer
 
         await create_topics(settings, bootstrap)
@@ -152,6 +171,10 @@ def test_prometheus_remote_write_reaches_the_telemetry_topics(settings: Lockstep
             bad = await loop.run_in_executor(None, post, url, b"\x05not snappy",
                                              {**proto, "Authorization": f"Bearer {TOKEN}"})
             unauthenticated = await loop.run_in_executor(None, post, url, b"\x05not snappy", proto)
+            auth = {"Authorization": f"Bearer {TOKEN}"}
+            gzip = await loop.run_in_executor(None, post, url, b"\x05not snappy",
+                                              {**proto, **auth, "Content-Encoding": "gzip"})
+            nameless = await loop.run_in_executor(None, post, url, nameless_series_request(), {**proto, **auth})
             node_port = free_port()
             found: dict[str, dict[str, Any]] = {}
             with served_scrape(FIXTURE.read_bytes()) as dcgm_port, \
@@ -174,16 +197,18 @@ def test_prometheus_remote_write_reaches_the_telemetry_topics(settings: Lockstep
             sent = sum(s.value for m in worker.web.request_seconds.collect() for s in m.samples
                        if s.name.endswith("_count") and s.labels.get("route") == "/api/v1/write"
                        and s.labels.get("status") == "204")
-            return found, bad, unauthenticated, int(sent)
+            dlq = [d for d in await read_topic(settings, bootstrap, cat.dlq) if d["topic"] == DLQ_TOPIC_NAME]
+            return found, (bad, unauthenticated, gzip, nameless), dlq, int(sent)
         finally:
             await consumer.stop()
             await worker.stop()
 
     with tempfile.TemporaryDirectory(prefix="lockstep-rw-") as tmp:
-        found, bad, unauthenticated, accepted = asyncio.run(go(Path(tmp)))
+        found, statuses, dlq, accepted = asyncio.run(go(Path(tmp)))
         log = (Path(tmp) / "prometheus.log").read_text(errors="replace")[-3000:] if len(found) < 2 else ""
-    assert bad == 400
-    assert unauthenticated == 401
+    assert statuses == (400, 401, 400, 204)  # malformed, no token, wrong encoding, taken (record dead-lettered)
+    assert [(d["stage"], d["error"], d["record"]) for d in dlq] == [("convert", "ValidationFailed", "timeseries[0]")]
+    assert "no __name__" in dlq[0]["reason"] and dlq[0]["original_size"] == len(nameless_series_request())
     assert set(found) == set(WANTED), log
     assert accepted >= 1
     for name, (layer, source, _metric) in WANTED.items():
