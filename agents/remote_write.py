@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agents.carriers import MAX_DEAD_LETTERS_PER_MESSAGE, route_samples
+from agents.carriers import MAX_DEAD_LETTERS_PER_MESSAGE, carrier_metrics, route_samples
+from agents.metrics import WorkerMetrics
 from models.deadletter import dead_letter_record
 from models.errors import error_class
 from models.samples import MAX_MESSAGE_BYTES
@@ -109,5 +110,25 @@ def dead_letters(out: Converted, body: bytes, now: float) -> list[dict[str, Any]
     return recs
 
 
+def count(out: Converted, dead: list[dict[str, Any]], metrics: WorkerMetrics) -> None:
+    """The carrier counters (``lockstep_carrier_*{format="prometheus-remote-write"}``) and the dead-letter
+    counter, as the convert agents count a carrier message."""
+    cm = carrier_metrics(metrics)
+    cm.messages.labels(FORMAT).inc()
+    layers: dict[str, int] = {}
+    for s in out.samples:
+        layers[s["layer"]] = layers.get(s["layer"], 0) + 1
+    for layer, n in layers.items():
+        cm.samples.labels(FORMAT, layer).inc(n)
+    for rej in out.rejections:
+        cm.rejections.labels(FORMAT, rej.error).inc()
+    if out.unknown_metrics:
+        cm.unknown.labels(FORMAT).inc(out.unknown_metrics)
+    for reason, n in out.skipped.items():
+        cm.skipped.labels(FORMAT, reason).inc(n)
+    for rec in dead:
+        metrics.dead_letters.labels(rec["stage"], rec["error"]).inc()
+
+
 __all__ = ["FORMAT", "MAX_MESSAGE_BYTES", "MAX_REMOTE_WRITE_BYTES", "VERSION", "check_headers", "convert_request",
-           "dead_letters", "is_malformed", "messages"]
+           "count", "dead_letters", "is_malformed", "messages"]

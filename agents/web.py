@@ -424,13 +424,19 @@ class WebServer:
             log.warning("write to %s failed: %s", topic, exc)
             raise error(503, f"could not write to Kafka topic {topic}: {type(exc).__name__}", retryable=True) from None
 
-    async def _produce_raw(self, topic: str, key: str | None, value: bytes) -> None:
+    async def _produce_all(self, records: list[tuple[str, str | None, bytes]]) -> None:
+        """Send ``(topic, key, value)`` records in order, then wait for all acks (one round trip, not one
+        per record: the producer keeps the order of each partition)."""
         from agents.kafka import start_producer
 
+        topic = records[0][0] if records else ""
         try:
             if self.producer is None:
                 self.producer = await start_producer(self.settings, self.worker.bootstrap)
-            await self.producer.send_and_wait(topic, value, key=key.encode() if key is not None else None)
+            acks = []
+            for topic, key, value in records:
+                acks.append(await self.producer.send(topic, value, key=key.encode() if key is not None else None))
+            await asyncio.gather(*acks)
         except Exception as exc:
             log.warning("write to %s failed: %s", topic, exc)
             raise error(503, f"could not write to Kafka topic {topic}: {type(exc).__name__}", retryable=True) from None
@@ -759,10 +765,12 @@ class WebServer:
             first = out.rejections[0]
             status = 413 if "more than" in first.reason else 400
             raise error(status, first.reason)
-        for layer, key, batch in rw.messages(out):
-            await self._produce_raw(self.catalogue.telemetry(layer), key, orjson.dumps(batch))
-        for rec in rw.dead_letters(out, body, now):
-            await self._produce_raw(self.catalogue.dlq, None, orjson.dumps(fit_dead_letter(rec)))
+        records: list[tuple[str, str | None, bytes]] = [
+            (self.catalogue.telemetry(layer), key, orjson.dumps(batch)) for layer, key, batch in rw.messages(out)]
+        dead = rw.dead_letters(out, body, now)
+        records += [(self.catalogue.dlq, None, orjson.dumps(fit_dead_letter(rec))) for rec in dead]
+        await self._produce_all(records)
+        rw.count(out, dead, self.worker.metrics)
         return web.Response(status=204)
 
     async def silence_expire(self, request: web.Request) -> web.Response:
