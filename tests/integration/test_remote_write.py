@@ -33,7 +33,7 @@ import pytest
 from pydantic import SecretStr
 
 from agents.kafka import client_kwargs
-from agents.remote_write import DLQ_TOPIC_NAME
+from agents.remote_write import DLQ_TOPIC_NAME, MAX_REMOTE_WRITE_BYTES
 from agents.topics import TopicCatalogue, create_topics
 from lockstep.replay import read_topic
 from lockstep.worker import Worker
@@ -175,6 +175,8 @@ def test_prometheus_remote_write_reaches_the_telemetry_topics(settings: Lockstep
             gzip = await loop.run_in_executor(None, post, url, b"\x05not snappy",
                                               {**proto, **auth, "Content-Encoding": "gzip"})
             nameless = await loop.run_in_executor(None, post, url, nameless_series_request(), {**proto, **auth})
+            too_big = await loop.run_in_executor(None, post, url, b"\x00" * (MAX_REMOTE_WRITE_BYTES + 1),
+                                                 {**proto, **auth})
             node_port = free_port()
             found: dict[str, dict[str, Any]] = {}
             with served_scrape(FIXTURE.read_bytes()) as dcgm_port, \
@@ -198,7 +200,7 @@ def test_prometheus_remote_write_reaches_the_telemetry_topics(settings: Lockstep
                        if s.name == "lockstep_carrier_samples_total"
                        and s.labels.get("format") == "prometheus-remote-write")
             dlq = [d for d in await read_topic(settings, bootstrap, cat.dlq) if d["topic"] == DLQ_TOPIC_NAME]
-            return found, (bad, unauthenticated, gzip, nameless), dlq, int(sent)
+            return found, (bad, unauthenticated, gzip, nameless, too_big), dlq, int(sent)
         finally:
             await consumer.stop()
             await worker.stop()
@@ -206,7 +208,8 @@ def test_prometheus_remote_write_reaches_the_telemetry_topics(settings: Lockstep
     with tempfile.TemporaryDirectory(prefix="lockstep-rw-") as tmp:
         found, statuses, dlq, accepted = asyncio.run(go(Path(tmp)))
         log = (Path(tmp) / "prometheus.log").read_text(errors="replace")[-3000:] if len(found) < 2 else ""
-    assert statuses == (400, 401, 400, 204)  # malformed, no token, wrong encoding, taken (record dead-lettered)
+    # malformed, no token, wrong encoding, taken (its record dead-lettered), over the size bound
+    assert statuses == (400, 401, 400, 204, 413)
     assert [(d["stage"], d["error"], d["record"]) for d in dlq] == [("convert", "ValidationFailed", "timeseries[0]")]
     assert "no __name__" in dlq[0]["reason"] and dlq[0]["original_size"] == len(nameless_series_request())
     assert set(found) == set(WANTED), log
