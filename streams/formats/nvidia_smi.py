@@ -19,12 +19,14 @@ default. Time: the collection time when given, else ``<timestamp>`` read as UTC 
 with ``TZ=UTC``; it prints local time without a zone).
 
 **CSV**: a header line naming the queried properties (``utilization.gpu [%]``...), then one line
-per GPU. ``timestamp`` (``2020/11/12 13:48:11.412``, UTC as above; the collection time wins),
-``index``, ``uuid``, ``pci.bus_id``, ``name`` become time and labels; every other column whose
+per GPU (or many, with ``--loop``). ``timestamp`` (``2020/11/12 13:48:11.412``, UTC as above) is
+each row's time, the collection time when there is no such column; ``index``, ``uuid``,
+``pci.bus_id``, ``name`` become labels; every other column whose
 value is a number (units such as ``%``, ``MiB``, ``W``, ``MHz`` stripped) becomes
 ``nvidia_smi_<property with dots as underscores>``; ``[N/A]``, ``[Not Supported]`` and text values
-(``P0``, driver versions) are skipped and counted. Without an ``index`` column the row position is
-the ``gpu`` label. ``--format=csv,noheader`` output cannot be read (the columns are unnamed): it is
+(``P0``, driver versions) are skipped and counted. Without an ``index`` column the row's position
+among the rows of its timestamp is the ``gpu`` label (nvidia-smi lists GPUs in index order).
+``--format=csv,noheader`` output cannot be read (the columns are unnamed): it is
 rejected with that reason.
 """
 
@@ -162,19 +164,23 @@ def convert_csv(raw: bytes, ctx: Context) -> None:
         return
     emitter = MetricEmitter(ctx)
     collected = ctx.collection_ts()
-    for position, (lineno, line) in enumerate(lines[1:]):
+    positions: dict[str, int] = {}
+    for lineno, line in lines[1:]:
         rec = f"line {lineno}"
         values = [v.strip() for v in line.split(",")]
         if len(values) != len(names):
             ctx.reject(rec, f"{len(values)} values for {len(names)} columns")
             continue
         row = dict(zip(names, values, strict=True))
-        ts = collected
-        if ts is None and "timestamp" in row:
-            ts = _local_time(row["timestamp"], ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"))
+        # A --loop output holds many rows per GPU: each row's own time, else the collection time.
+        ts = _local_time(row["timestamp"], ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")) \
+            if "timestamp" in row else None
+        ts = ts if ts is not None else collected
         if ts is None:
             ctx.reject(rec, "no collection time given and no readable timestamp column")
             continue
+        position = positions.get(row.get("timestamp", ""), 0)
+        positions[row.get("timestamp", "")] = position + 1
         labels = {"gpu": str(position)}
         for column, label in _CSV_LABELS.items():
             if row.get(column):

@@ -124,6 +124,11 @@ def test_nvidia_smi_csv_timestamps_na_values_and_noheader_output():
         ("nvidia_smi_memory_used", 30994.0, {"gpu": "3"}, 1605188891.412)]
     assert out.skipped == {"nvidia-smi text property (not a measurement)": 1,
                            "nvidia-smi value N/A or not supported": 1}
+    # with --loop a file holds many rows per GPU: each row keeps its own time over the collection time
+    assert {s["ts"] for s in run("nvidia-smi-csv", csv, headers={"source": "n"}, ts=T0).samples} == {1605188891.412}
+    loop = (b"timestamp, utilization.gpu [%]\n2020/11/12 13:48:11.412, 99 %\n2020/11/12 13:48:11.412, 98 %\n"
+            b"2020/11/12 13:48:16.415, 97 %\n")
+    assert [s["labels"]["gpu"] for s in run("nvidia-smi-csv", loop, headers={"source": "n"}).samples] == ["0", "1", "0"]
     noheader = run("nvidia-smi-csv", b"99 %, 30994 MiB\n", headers={"source": "n"})
     assert "noheader" in noheader.rejections[0].reason and noheader.samples == []
 
