@@ -15,10 +15,12 @@ fault as several lines) are one event, the last code; the others are counted in 
 Accepted prefixes and where the time comes from:
 
 - ``journalctl -o short-iso`` / RFC 3339 (``2024-08-30T11:43:09+0000 host kernel: ...``): that time;
+- ``dmesg --time-format iso`` (``2024-08-30T11:43:09,500000+00:00 NVRM: ...``): that time;
 - ``dmesg --ctime`` / ``-T`` (``[Fri Aug 30 11:43:09 2024] ...``): that time, read as UTC (the kernel
   prints local time without a zone: collect with ``TZ=UTC``);
-- syslog / journal short format (``Jul 06 20:02:59 host kernel: ...``): that time, UTC, in the year
-  of the collection time (the previous year when that would put it in the future);
+- syslog / journal short format (``Jul 06 20:02:59 host kernel: ...``, ``short-precise`` too): that
+  time, UTC, in the year of the collection time (the previous year when that would put it in the
+  future);
 - plain ``dmesg`` (``[93297.027938]`` seconds since boot) or no prefix: the collection time.
 
 The syslog/journal host name is the source (then the ``source`` header, the default). Other lines
@@ -57,8 +59,9 @@ SKIP_SAME_TIME = "NCCL WARN at the same time as the series' previous one (counte
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f:.]+)\): (?P<code>\d+)(?:,|$)")
 _ISO_PREFIX = re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}))\s+"
                          r"(?P<host>\S+)\s+kernel:")
+_DMESG_ISO_PREFIX = re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[,.]\d+)?(?:Z|[+-]\d{2}:?\d{2}))\s")
 _CTIME_PREFIX = re.compile(r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]")
-_SYSLOG_PREFIX = re.compile(r"^(?P<ts>[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2})\s+(?P<host>\S+)\s+kernel:")
+_SYSLOG_PREFIX = re.compile(r"^(?P<ts>[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+(?P<host>\S+)\s+kernel:")
 _NCCL_WARN = re.compile(r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                         r"(?:(?P<file>\S+):\d+ )?NCCL WARN (?P<msg>.*)$")
 _NET_FILES = ("transport/net", "misc/socket", "misc/ibvwrap", "net_ib", "net_socket", "plugin/net")
@@ -77,7 +80,8 @@ def _syslog_year(text: str, collected: float | None) -> float | None:
     year = datetime.fromtimestamp(collected, UTC).year
     for y in (year, year - 1):
         try:
-            ts = datetime.strptime(f"{y} {' '.join(text.split())}", "%Y %b %d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+            fmt = "%Y %b %d %H:%M:%S.%f" if "." in text else "%Y %b %d %H:%M:%S"
+            ts = datetime.strptime(f"{y} {' '.join(text.split())}", fmt).replace(tzinfo=UTC).timestamp()
         except ValueError:
             return None
         if ts <= collected + 86400:
@@ -92,10 +96,17 @@ def xid_time_and_host(line: str, collected: float | None) -> tuple[float | None,
     (1725018189.0, None)
     >>> xid_time_and_host("Jul 06 20:02:59 gaming kernel: NVRM: Xid (PCI:0000:01:00): 13,", 1751850000.0)
     (1751832179.0, 'gaming')
+    >>> xid_time_and_host("Jul 06 20:02:59.250000 gaming kernel: NVRM: Xid", 1751850000.0)
+    (1751832179.25, 'gaming')
+    >>> xid_time_and_host("2024-08-30T11:43:09,500000+00:00 NVRM: Xid (PCI:0000:cb:00): 13,", None)
+    (1725018189.5, None)
     """
     m = _ISO_PREFIX.match(line)
     if m:
         return _iso(m.group("ts")), m.group("host")
+    m = _DMESG_ISO_PREFIX.match(line)
+    if m:
+        return _iso(m.group("ts").replace(",", ".")), None
     m = _CTIME_PREFIX.match(line)
     if m:
         stamp = datetime.strptime(" ".join(m.group("ts").split()), "%a %b %d %H:%M:%S %Y")
