@@ -37,10 +37,13 @@ from models.deadletter import dead_letter_record
 from models.errors import error_class
 from models.samples import MAX_MESSAGE_BYTES
 from streams.formats import Converted, convert
+from streams.formats.remote_write import snappy_length
 
 FORMAT = "prometheus-remote-write"
 #: Largest compressed body taken (Prometheus sends at most a few hundred KiB per request).
 MAX_REMOTE_WRITE_BYTES = 2 * 1024 * 1024
+#: Largest body once inflated (the limit of every carrier message).
+MAX_INFLATED_BYTES = MAX_MESSAGE_BYTES
 #: The protocol version this receiver speaks (1.0 sends "0.1.0").
 VERSION = "0.1.0"
 DLQ_TOPIC_NAME = "http:POST /api/v1/write"
@@ -77,6 +80,18 @@ def check_headers(headers: Any) -> HeaderProblem | None:
 def convert_request(body: bytes, ingest_ts: float) -> Converted:
     """The samples and rejections of one request body (pure; ``ingest_ts`` is stamped on every sample)."""
     return convert(FORMAT, body, ingest_ts=ingest_ts)
+
+
+def inflates_too_large(body: bytes) -> bool:
+    """True when the snappy preamble announces more than :data:`MAX_INFLATED_BYTES` (413, nothing inflated).
+
+    >>> inflates_too_large(bytes([0x80, 0x80, 0x80, 0x04]) + b"..."), inflates_too_large(b"\\x05hello")
+    (True, False)
+    """
+    try:
+        return snappy_length(body) > MAX_INFLATED_BYTES
+    except ValueError:
+        return False  # no preamble: malformed, the adapter says so (400)
 
 
 def is_malformed(out: Converted) -> bool:
@@ -130,5 +145,5 @@ def count(out: Converted, dead: list[dict[str, Any]], metrics: WorkerMetrics) ->
         metrics.dead_letters.labels(rec["stage"], rec["error"]).inc()
 
 
-__all__ = ["FORMAT", "MAX_MESSAGE_BYTES", "MAX_REMOTE_WRITE_BYTES", "VERSION", "check_headers", "convert_request",
-           "count", "dead_letters", "is_malformed", "messages"]
+__all__ = ["FORMAT", "MAX_INFLATED_BYTES", "MAX_REMOTE_WRITE_BYTES", "VERSION", "check_headers", "convert_request",
+           "count", "dead_letters", "inflates_too_large", "is_malformed", "messages"]

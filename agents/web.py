@@ -759,12 +759,12 @@ class WebServer:
                 raise error(413, f"the body is larger than {rw.MAX_REMOTE_WRITE_BYTES // 1024} KiB")
             chunks.append(chunk)
         body = b"".join(chunks)
+        if rw.inflates_too_large(body):
+            raise error(413, f"the body inflates to more than {rw.MAX_INFLATED_BYTES // 1024 // 1024} MiB")
         now = self.clock()
         out = await asyncio.to_thread(rw.convert_request, body, now)  # off the loop the agents share
         if rw.is_malformed(out):
-            first = out.rejections[0]
-            status = 413 if "more than" in first.reason else 400
-            raise error(status, first.reason)
+            raise error(400, out.rejections[0].reason)
         records: list[tuple[str, str | None, bytes]] = [
             (self.catalogue.telemetry(layer), key, orjson.dumps(batch)) for layer, key, batch in rw.messages(out)]
         dead = rw.dead_letters(out, body, now)

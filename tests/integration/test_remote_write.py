@@ -177,6 +177,8 @@ def test_prometheus_remote_write_reaches_the_telemetry_topics(settings: Lockstep
             nameless = await loop.run_in_executor(None, post, url, nameless_series_request(), {**proto, **auth})
             too_big = await loop.run_in_executor(None, post, url, b"\x00" * (MAX_REMOTE_WRITE_BYTES + 1),
                                                  {**proto, **auth})
+            bomb = await loop.run_in_executor(None, post, url, bytes([0x80, 0x80, 0x80, 0x04]) + b"\x00" * 64,
+                                              {**proto, **auth})  # announces 8 MiB inflated
             node_port = free_port()
             found: dict[str, dict[str, Any]] = {}
             with served_scrape(FIXTURE.read_bytes()) as dcgm_port, \
@@ -200,7 +202,7 @@ def test_prometheus_remote_write_reaches_the_telemetry_topics(settings: Lockstep
                        if s.name == "lockstep_carrier_samples_total"
                        and s.labels.get("format") == "prometheus-remote-write")
             dlq = [d for d in await read_topic(settings, bootstrap, cat.dlq) if d["topic"] == DLQ_TOPIC_NAME]
-            return found, (bad, unauthenticated, gzip, nameless, too_big), dlq, int(sent)
+            return found, (bad, unauthenticated, gzip, nameless, too_big, bomb), dlq, int(sent)
         finally:
             await consumer.stop()
             await worker.stop()
@@ -208,8 +210,8 @@ def test_prometheus_remote_write_reaches_the_telemetry_topics(settings: Lockstep
     with tempfile.TemporaryDirectory(prefix="lockstep-rw-") as tmp:
         found, statuses, dlq, accepted = asyncio.run(go(Path(tmp)))
         log = (Path(tmp) / "prometheus.log").read_text(errors="replace")[-3000:] if len(found) < 2 else ""
-    # malformed, no token, wrong encoding, taken (its record dead-lettered), over the size bound
-    assert statuses == (400, 401, 400, 204, 413)
+    # malformed, no token, wrong encoding, taken (its record dead-lettered), over the size bound, a snappy bomb
+    assert statuses == (400, 401, 400, 204, 413, 413)
     assert [(d["stage"], d["error"], d["record"]) for d in dlq] == [("convert", "ValidationFailed", "timeseries[0]")]
     assert "no __name__" in dlq[0]["reason"] and dlq[0]["original_size"] == len(nameless_series_request())
     assert set(found) == set(WANTED), log
