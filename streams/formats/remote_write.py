@@ -154,6 +154,13 @@ def decode_write_request(buf: bytes) -> tuple[list[Series], set[str]]:
 
 def convert(raw: bytes, ctx: Context) -> None:
     try:
+        import cramjam  # noqa: F401 - main dependencies; a missing one is named, never raised
+        import google.protobuf  # noqa: F401
+    except ImportError as exc:  # pragma: no cover
+        ctx.reject(None, f"remote-write needs the {exc.name} package (pip install cramjam opentelemetry-proto)",
+                   "UnsupportedFormat")
+        return
+    try:
         series, counters = decode_write_request(decompress(raw))
     except WireError as exc:
         ctx.reject(None, f"not a snappy-compressed remote-write WriteRequest: {exc}", "DecodeFailed")
