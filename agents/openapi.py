@@ -264,6 +264,19 @@ def _document() -> dict[str, Any]:
                        "parameters": [_param("silence_id", "path", "Silence id")],
                        "responses": {"200": _json_response("The silence, expired", "Silence"),
                                      **_errors(401, 403, 404, 503)}}},
+        "/api/v1/write": {
+            "post": {"operationId": "remoteWrite",
+                     "summary": "Prometheus remote-write 1.0 receiver: samples to telemetry.<layer> (needs the token)",
+                     "description": "Body: snappy-compressed protobuf WriteRequest, with Content-Encoding: snappy, "
+                                    "Content-Type: application/x-protobuf, X-Prometheus-Remote-Write-Version: "
+                                    "0.1.0 (agents/remote_write.py).",
+                     "tags": ["write"], "security": BEARER,
+                     "requestBody": {"required": True, "content": {"application/x-protobuf": {
+                         "schema": {"type": "string", "contentMediaType": "application/x-protobuf"}}}},
+                     "responses": {"204": {"description": "Taken: samples written, unusable records dead-lettered"},
+                                   **_errors(400, 401, 403, 415, 503),
+                                   "413": _json_response("The body is over 2 MiB, or inflates to over 4 MiB",
+                                                         "Error")}}},
     }
     return {
         "openapi": "3.1.0",

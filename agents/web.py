@@ -72,6 +72,7 @@ QUERY = {
     "/jobs/{job_id}/diagnosis": {"alert"}, "/alerts": {"job", "status", "limit"}, "/alerts/{alert_id}": set(),
     "/fabric/{switch}/{port}": set(), "/annotations": {"job"}, "/silences": {"state"},
     "/silences/{silence_id}": set(),
+    "/api/v1/write": set(),
 }
 #: Routes whose answers are computed in the thread pool, at most ``web_max_heavy_requests`` at once
 #: (their cost grows with the cluster, the window or the store); everything else is answered on the
@@ -262,6 +263,7 @@ class WebServer:
         r.add_post("/silences", self.silence_create)
         r.add_get("/silences/{silence_id}", self.silence)
         r.add_delete("/silences/{silence_id}", self.silence_expire)
+        r.add_post("/api/v1/write", self.remote_write)
         r.add_get("/static/{name}", self.static)
         return app
 
@@ -418,6 +420,23 @@ class WebServer:
             if self.producer is None:
                 self.producer = await start_producer(self.settings, self.worker.bootstrap)
             await self.producer.send_and_wait(topic, orjson.dumps(value), key=key.encode())
+        except Exception as exc:
+            log.warning("write to %s failed: %s", topic, exc)
+            raise error(503, f"could not write to Kafka topic {topic}: {type(exc).__name__}", retryable=True) from None
+
+    async def _produce_all(self, records: list[tuple[str, str | None, bytes]]) -> None:
+        """Send ``(topic, key, value)`` records in order, then wait for all acks (one round trip, not one
+        per record: the producer keeps the order of each partition)."""
+        from agents.kafka import start_producer
+
+        topic = records[0][0] if records else ""
+        try:
+            if self.producer is None:
+                self.producer = await start_producer(self.settings, self.worker.bootstrap)
+            acks = []
+            for topic, key, value in records:
+                acks.append(await self.producer.send(topic, value, key=key.encode() if key is not None else None))
+            await asyncio.gather(*acks)
         except Exception as exc:
             log.warning("write to %s failed: %s", topic, exc)
             raise error(503, f"could not write to Kafka topic {topic}: {type(exc).__name__}", retryable=True) from None
@@ -720,6 +739,39 @@ class WebServer:
         await self._produce(self.catalogue.silences, rec["silence_id"], rec)
         self.store.apply("silences", rec, rec["silence_id"])
         return _json(views.silence_view(rec, now), 201)
+
+    async def remote_write(self, request: web.Request) -> web.Response:
+        """Prometheus remote-write 1.0 (agents/remote_write.py says what each answer means)."""
+        from agents import remote_write as rw
+        from agents.deadletters import fit_dead_letter
+
+        self._require_writer(request)
+        problem = rw.check_headers(request.headers)
+        if problem is not None:
+            raise error(problem.status, problem.message)
+        if request.content_length is not None and request.content_length > rw.MAX_REMOTE_WRITE_BYTES:
+            raise error(413, f"the body is larger than {rw.MAX_REMOTE_WRITE_BYTES // 1024} KiB")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > rw.MAX_REMOTE_WRITE_BYTES:  # a chunked body announces no length
+                raise error(413, f"the body is larger than {rw.MAX_REMOTE_WRITE_BYTES // 1024} KiB")
+            chunks.append(chunk)
+        body = b"".join(chunks)
+        if rw.inflates_too_large(body):
+            raise error(413, f"the body inflates to more than {rw.MAX_INFLATED_BYTES // 1024 // 1024} MiB")
+        now = self.clock()
+        out = await asyncio.to_thread(rw.convert_request, body, now)  # off the loop the agents share
+        if rw.is_malformed(out):
+            raise error(400, out.rejections[0].reason)
+        records: list[tuple[str, str | None, bytes]] = [
+            (self.catalogue.telemetry(layer), key, orjson.dumps(batch)) for layer, key, batch in rw.messages(out)]
+        dead = rw.dead_letters(out, body, now)
+        records += [(self.catalogue.dlq, None, orjson.dumps(fit_dead_letter(rec))) for rec in dead]
+        await self._produce_all(records)
+        rw.count(out, dead, self.worker.metrics)
+        return web.Response(status=204)
 
     async def silence_expire(self, request: web.Request) -> web.Response:
         self._require_writer(request)

@@ -415,6 +415,41 @@ _table(Meaning.THROTTLE, _LEVEL_UP, ("DCGM_FI_DEV_PSTATE",), fabric="GPU")
 # write bytes are what checkpoint contention reads, as with job_stats' jobstats_write_bytes_sum.
 _table(Meaning.THROUGHPUT, _RATE_UP, ("lustre_job_read_bytes_total", "lustre_job_write_bytes_total"),
        fabric="Storage")
+# --- issue 20 adapters: nvidia-smi XML/CSV (Telegraf's nvidia_smi names), kernel Xid and NCCL WARN
+# events (streams/formats/logs.py), InfluxDB line protocol of Telegraf's infiniband input ----------
+# nvrm_xid: the kernel's Xid code per GPU, an event like DCGM's last-XID field (same meaning, mode).
+_table(Meaning.GPU_FAULT, _EVENT, ("nvrm_xid",), fabric="GPU")
+_table(Meaning.UTILISATION, _CTX_GAUGE, ("nvidia_smi_utilization_encoder", "nvidia_smi_utilization_decoder",
+                                         "nvidia_smi_memory_total", "nvidia_smi_memory_used", "nvidia_smi_memory_free",
+                                         "nvidia_smi_memory_reserved"), fabric="GPU")
+_table(Meaning.TEMPERATURE, _LEVEL_UP, ("nvidia_smi_temperature_memory",), fabric="GPU")
+_table(Meaning.TEMPERATURE, _CTX_GAUGE, ("nvidia_smi_fan_speed",), fabric="GPU")
+# Clocks and the power cap held down are throttling (as DCGM_FI_DEV_SM_CLOCK / _MEM_CLOCK).
+_table(Meaning.THROTTLE, _LEVEL_DOWN, ("nvidia_smi_clocks_current_graphics", "nvidia_smi_clocks_current_memory",
+                                       "nvidia_smi_power_limit"), fabric="GPU")
+_table(Meaning.THROTTLE, _CTX_GAUGE, ("nvidia_smi_clocks_current_video",), fabric="GPU")
+_table(Meaning.THROTTLE, _EVENT, ("nvidia_smi_clocks_event_reasons_active",), fabric="GPU")
+# The GPU's PCIe link: replays are errors on it; a link that trained to a lower generation or
+# width is a degraded link (as node_infiniband_rate_bytes_per_second for an HCA).
+_table(Meaning.LINK_ERRORS, _ERR, ("nvidia_smi_pcie_replay_counter",), fabric="GPU")
+_table(Meaning.LINK_ERRORS, _LEVEL_DOWN, ("nvidia_smi_pcie_link_gen_current", "nvidia_smi_pcie_link_width_current"),
+       fabric="GPU")
+_table(Meaning.GPU_FAULT, _ERR, ("nvidia_smi_ecc_errors_volatile_dram_uncorrectable",
+                                 "nvidia_smi_ecc_errors_volatile_sram_uncorrectable",
+                                 "nvidia_smi_ecc_errors_volatile_double_bit"), fabric="GPU")
+# NCCL WARN events: the transport failed (QP fatal events, completion errors, sockets) on either fabric,
+# CUDA failed under NCCL, or NCCL itself failed (bootstrap, proxy, init: the job's collectives stall).
+_table(Meaning.RETRANSMITS, _EVENT, ("nccl_warn_net",), fabric="NCCL")
+_table(Meaning.GPU_FAULT, _EVENT, ("nccl_warn_cuda",), fabric="NCCL")
+_table(Meaning.LATENCY, _EVENT, ("nccl_warn",), fabric="NCCL")
+# RoCE: mlx5 hw_counters of RDMA requests/responses that broke a QP (remote access / invalid request /
+# length errors); the flush errors are the work requests flushed after it (a consequence, not a cause).
+for _p in ("", "infiniband_"):
+    _table(Meaning.RETRANSMITS, _ERR, ("req_remote_access_errors", "req_remote_invalid_request",
+                                       "resp_local_length_error", "resp_remote_access_errors"),
+           prefixes=(_p,), fabric=_ROCE)
+    _table(Meaning.RETRANSMITS, _CTX_COUNTER, ("req_cqe_flush_error", "resp_cqe_flush_error"), prefixes=(_p,),
+           fabric=_ROCE)
 
 UNKNOWN = MetricInfo(Meaning.UNKNOWN, False, Mode.LEVEL, Direction.BOTH)
 

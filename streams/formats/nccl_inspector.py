@@ -2,7 +2,8 @@
 
 Reference: NVIDIA/nccl ``plugins/profiler/inspector/README.md`` (formerly ``ext-profiler/inspector``).
 
-Two shapes, one JSON object per line:
+Two shapes, one JSON object per line, or the same objects pretty-printed over many lines one after
+another (:func:`streams.formats.jsonstream.json_values`):
 
 - **v4.0 - v4.2**: every record is self-contained::
 
@@ -35,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from streams.formats.base import HEADER_JOB_ID, HEADER_STREAM, Context, ts_in_unit
-from streams.formats.jsonrecords import json_documents
+from streams.formats.jsonstream import json_values
 
 _OPS = {
     "coll_perf": ("coll", ("coll_exec_time_us", "coll_busbw_gbs", "coll_algobw_gbs"),
@@ -66,7 +67,7 @@ def convert(raw: bytes, ctx: Context) -> None:
     contexts = ctx.state.nccl
     # (source, metric, labels tuple, ts) -> [sum, n, record]
     series: dict[tuple[str, str, tuple[tuple[str, str], ...], float], list[Any]] = {}
-    for record, doc in json_documents(raw, ctx, split_arrays=False):
+    for record, doc in json_values(raw, ctx):
         rec = record or "message"
         if not isinstance(doc, dict):
             ctx.reject(rec, f"expected a JSON object, got {type(doc).__name__}")

@@ -38,10 +38,13 @@ FABRIC_NOTES = {
                   "on layer `switch`.",
     "RoCE (Ethernet)": "mlx5 `hw_counters` (`sysfs-infiniband`, Telegraf `infiniband`), `ethtool -S` physical-port "
                        "and per-priority counters (`ethtool`, Telegraf `ethtool`), BER derived from them.",
-    "GPU": "dcgm-exporter (`dcgm-exporter`, or any carrier), Telegraf `nvidia_smi`; NVLink and the GPU's PCIe "
-           "link count as `link_errors` of the GPU.",
+    "GPU": "dcgm-exporter (`dcgm-exporter`, or any carrier), Telegraf `nvidia_smi`, `nvidia-smi -q -x` and "
+           "`--query-gpu` CSV (`nvidia-smi-xml`, `nvidia-smi-csv`: the same `nvidia_smi_*` names), kernel Xid "
+           "lines (`kernel-xid`: `nvrm_xid` events); NVLink and the GPU's PCIe link count as `link_errors` of the "
+           "GPU.",
     "NCCL": "NCCL Inspector JSON (`nccl-inspector`) and Prometheus textfile (`nccl-prometheus`), nccl-tests "
-            "tables (`nccl-tests`).",
+            "tables (`nccl-tests`), NCCL `WARN` log lines (`nccl-warn`: events; `nccl_warn_net` is the "
+            "transport failing, InfiniBand verbs or RoCE alike).",
     "Storage": "node_exporter diskstats and NFS mountstats (measured on the compute node: layer `host`), "
                "Telegraf `diskio`, Lustre job_stats (`lustre-jobstats`: layer `storage`, source the pool).",
     "Host": "node_exporter / Vector host_metrics CPU seconds (utilisation derived), OpenTelemetry hostmetrics, "
