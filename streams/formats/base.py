@@ -244,6 +244,20 @@ def decode_text(raw: bytes, ctx: Context) -> str | None:
         return None
 
 
+def timed_text(raw: bytes, ctx: Context, what: str) -> tuple[str, float] | None:
+    """The opening of a text format without in-band time (a report, a table, a dump): its UTF-8 text and
+    the collection time, or None after rejecting the message (``what`` names the output in the reason:
+    ``"the ports report carries"``)."""
+    text = decode_text(raw, ctx)
+    if text is None:
+        return None
+    ts = ctx.collection_ts()
+    if ts is None:
+        ctx.reject(None, f"{what} no time: give the collection time (ts)")
+        return None
+    return text, ts
+
+
 def host_text(raw: bytes, ctx: Context, what: str) -> tuple[str, float, str] | None:
     """The opening of a per-host text format without in-band host or time (ethtool, perfquery, sysfs):
     the UTF-8 text, the collection time and the host, or None after rejecting the message (``what``

@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 from typing import Any
 
-from streams.formats.base import Context, decode_text
+from streams.formats.base import Context, timed_text
 
 UNKNOWN = "unknown"
 
@@ -33,13 +33,10 @@ _REQUIRED = ("ip", "ASW")
 
 
 def convert(raw: bytes, ctx: Context) -> None:
-    text = decode_text(raw, ctx)
-    if text is None:
+    opened = timed_text(raw, ctx, "the topology CSV carries")
+    if opened is None:
         return
-    ts = ctx.collection_ts()
-    if ts is None:
-        ctx.reject(None, "the topology CSV carries no time: give the collection time (ts)")
-        return
+    text, ts = opened
     qualify = (ctx.header("leaf-names") or "qualified").lower() != "global"
     default_fabric = (ctx.header("fabric") or "infiniband").lower()
     lines = text.splitlines()

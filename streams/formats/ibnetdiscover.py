@@ -28,7 +28,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from streams.formats.base import Context, decode_text
+from streams.formats.base import Context, timed_text
 
 UNKNOWN = "unknown"
 SKIP_UNCONNECTED = "port with no peer (???)"
@@ -62,13 +62,10 @@ def switch_label(desc: str) -> str:
 
 
 def convert(raw: bytes, ctx: Context) -> None:
-    text = decode_text(raw, ctx)
-    if text is None:
+    opened = timed_text(raw, ctx, "the ports report carries")
+    if opened is None:
         return
-    ts = ctx.collection_ts()
-    if ts is None:
-        ctx.reject(None, "the ports report carries no time: give the collection time (ts)")
-        return
+    text, ts = opened
     # (ca guid, ca port) -> (record, host desc, switch guid, switch port); switch guid -> descs
     host_ports: dict[tuple[str, str], tuple[str, str, str, str]] = {}
     switch_desc: dict[str, str] = {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from streams.formats.base import Context, decode_text, parse_number
+from streams.formats.base import Context, parse_number, timed_text
 
 _RANK = re.compile(r"#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)")
 _COLLECTIVE = re.compile(r"#\s*Collective test starting:\s*(\S+)")
@@ -32,13 +32,10 @@ _KEYS = ("size", "count", "type", "redop", "root")
 
 
 def convert(raw: bytes, ctx: Context) -> None:
-    text = decode_text(raw, ctx)
-    if text is None:
+    opened = timed_text(raw, ctx, "nccl-tests output carries")
+    if opened is None:
         return
-    ts = ctx.collection_ts()
-    if ts is None:
-        ctx.reject(None, "nccl-tests output carries no time: give the collection time (ts)")
-        return
+    text, ts = opened
     lines = text.splitlines()
     rank0 = next((m.group(2) for line in lines if (m := _RANK.match(line.strip())) and m.group(1) == "0"), None)
     source = ctx.source() or rank0

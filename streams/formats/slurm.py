@@ -46,7 +46,7 @@ from typing import Any
 import hostlist
 
 from models.inventory import JobState
-from streams.formats.base import Context, decode_text, infer_epoch
+from streams.formats.base import Context, infer_epoch, timed_text
 from streams.formats.jsonrecords import json_documents
 
 _STATES = frozenset(s.value for s in JobState)
@@ -485,13 +485,10 @@ def convert_scontrol_nodes(raw: bytes, ctx: Context) -> None:
     ``[user@time]`` suffix: that time is the controller's local time, so ``since`` is left unset).
     Time: the ``ts`` argument or header (the text carries none).
     """
-    text = decode_text(raw, ctx)
-    if text is None:
+    opened = timed_text(raw, ctx, "scontrol text carries")
+    if opened is None:
         return
-    ts = ctx.collection_ts()
-    if ts is None:
-        ctx.reject(None, "scontrol text carries no time: give the collection time (ts)")
-        return
+    text, ts = opened
     records, bad = scontrol_records(text, "NodeName")
     for lineno in bad:
         ctx.reject(f"line {lineno}", "not a Key=value line of `scontrol show node` output")
@@ -597,13 +594,10 @@ def convert_scontrol_jobs(raw: bytes, ctx: Context) -> None:
     in ``squeue --json`` (``license-pools`` header). Time: the ``ts`` argument or header: the text's
     times are the controller's local time without an offset, so they are not used.
     """
-    text = decode_text(raw, ctx)
-    if text is None:
+    opened = timed_text(raw, ctx, "scontrol text carries")
+    if opened is None:
         return
-    ts = ctx.collection_ts()
-    if ts is None:
-        ctx.reject(None, "scontrol text carries no usable time: give the collection time (ts)")
-        return
+    text, ts = opened
     records, bad = _job_text_records(text)
     for lineno in bad:
         ctx.reject(f"line {lineno}", "not a Key=value line of `scontrol show job` output")
