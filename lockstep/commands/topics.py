@@ -37,7 +37,7 @@ KEY_WIDTH = 24  # wider keys (the inventory's) wrap inside their column
 def topic_table(rows: list[tuple[str, str, str, str, str]], width: int) -> str:
     """Rows of (topic, partitions, key, retention, purpose) as aligned columns with a header: each
     column as wide as its longest cell, the key column at most ``KEY_WIDTH`` and the purpose the rest
-    of ``width`` (at least 30), long cells wrapped inside their column.
+    of ``width`` (at least 20), long cells wrapped inside their column.
 
     >>> print(topic_table([("lockstep.alerts", "1", "job_id", "720h", "enriched alerts"),
     ...                    ("lockstep.inventory", "1", "job:<id> | link:<node>:<dev>:<port>", "compact", "jobs")], 80))
@@ -49,7 +49,7 @@ def topic_table(rows: list[tuple[str, str, str, str, str]], width: int) -> str:
     header = ("TOPIC", "PARTS", "KEY", "RETENTION", "PURPOSE")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     widths[2] = min(widths[2], KEY_WIDTH)
-    purpose = max(30, width - sum(widths) - 2 * 4)
+    purpose = max(20, width - sum(widths) - 2 * 4)
     lines = []
     for row in [header, *rows]:
         cells = [textwrap.wrap(cell, w, break_on_hyphens=False) or [""] for cell, w in
