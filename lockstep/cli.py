@@ -74,7 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(handler(args) or 0)
+        code = int(handler(args) or 0)
+        sys.stdout.flush()  # here, where a reader that went away is caught, not at the interpreter's exit
+        return code
     except ValidationError as exc:
         print(f"lockstep: invalid settings:\n{exc}", file=sys.stderr)
         return 2
@@ -83,6 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`lockstep topics list | head`): stop quietly, as cat does
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not raise again
+        return 141
 
 
 if __name__ == "__main__":

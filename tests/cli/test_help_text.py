@@ -51,3 +51,19 @@ def test_topics_list_columns_stay_inside_the_width() -> None:
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted and result.failed == 0
+
+
+def test_a_reader_that_goes_away_is_no_traceback() -> None:
+    """`lockstep topics list | head -1`: the pipe closes under the command; it stops quietly (status 141)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.Popen([sys.executable, "-m", "lockstep.cli", "topics", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2],
+                            env={"PATH": "/usr/bin:/bin", "COLUMNS": "60"})
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"TOPIC")
+    proc.stdout.close()  # the reader goes away after one line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) in (0, 141) and "Traceback" not in err, err
