@@ -3,17 +3,10 @@ the ``convert`` agent in Faust's own agent test context, outputs through ``build
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import orjson
-import pytest
-from faust.types import TP
-
-from agents.app import build_app
 from agents.topics import TopicCatalogue, carrier_formats
-from models.settings import LockstepSettings
-from streams.inventory import InventoryIndex
+from tests.agent_context import Sent, captured_app, put_on
 
 from .helpers import load
 
@@ -21,39 +14,9 @@ NEW_FORMATS = {"influx", "nvidia-smi-xml", "nvidia-smi-csv", "kernel-xid", "nccl
                "prometheus-remote-write"}
 
 
-@pytest.fixture
-def loop() -> Any:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield loop
-    loop.close()
-
-
-def make(loop: Any) -> tuple[Any, TopicCatalogue, list[tuple[str, bytes | None, Any]]]:
-    sent: list[tuple[str, bytes | None, Any]] = []
-
-    async def emit(topic: str, key: bytes | None, value: bytes, partition: int | None) -> None:
-        sent.append((topic, key, orjson.loads(value)))
-
-    settings = LockstepSettings(_env_file=None, kafka_bootstrap_servers="127.0.0.1:9", partitions=2)  # type: ignore[call-arg]
-    app, _ = build_app(settings, "127.0.0.1:9", InventoryIndex(), emit=emit, loop=loop)
-    app.finalize()
+def make(loop: Any) -> tuple[Any, TopicCatalogue, Sent]:
+    app, settings, sent = captured_app(loop)
     return app, TopicCatalogue(settings), sent
-
-
-async def put_on(agent: Any, topic: str, value: bytes, *, headers: dict[str, bytes], timestamp: float) -> None:
-    make_message = agent.to_message
-
-    def to_message(*args: Any, **kwargs: Any) -> Any:
-        message = make_message(*args, **kwargs)
-        message.topic, message.tp = topic, TP(topic, message.partition)
-        return message
-
-    agent.to_message = to_message
-    try:
-        await agent.put(value, key=None, partition=0, headers=headers, timestamp=timestamp)
-    finally:
-        agent.to_message = make_message
 
 
 def test_every_new_format_has_a_carrier_topic_of_samples():
@@ -73,11 +36,11 @@ def test_kernel_xid_and_nccl_warn_logs_through_their_carriers(loop: Any) -> None
                              headers={"job_id": b"360"}, timestamp=1764502930.0 + 10 * (k + 1))
 
     loop.run_until_complete(go())
-    gpu = [(key, s["metric"], s["value"], s["ts"]) for t, key, batch in sent if t == cat.telemetry("gpu")
+    gpu = [(key, s["metric"], s["value"], s["ts"]) for t, key, batch, _ in sent if t == cat.telemetry("gpu")
            for s in batch]
     assert {(key, metric, value, ts) for key, metric, value, ts in gpu} == {
         (b"gpu007", "nvrm_xid", 45.0, 1764502930.0)} and len(gpu) == 4  # one event per GPU (4 GPUs)
-    nccl = [(key, s["labels"]["cuda_dev"], s["value"]) for t, key, batch in sent if t == cat.telemetry("nccl")
+    nccl = [(key, s["labels"]["cuda_dev"], s["value"]) for t, key, batch, _ in sent if t == cat.telemetry("nccl")
             for s in batch]
     assert nccl == [(b"node-0", "0", 1.0), (b"node-0", "2", 1.0), (b"node-0", "0", 2.0), (b"node-0", "2", 2.0)]
-    assert not [t for t, _, _ in sent if t == cat.dlq]
+    assert not [t for t, _, _, _ in sent if t == cat.dlq]

@@ -2,65 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import orjson
-import pytest
-from faust.types import TP
-
-from agents.app import build_app
 from agents.topics import TopicCatalogue
-from models.settings import LockstepSettings
-from streams.inventory import InventoryIndex
+from tests.agent_context import captured_app, put_on
 
 T0 = 1764502930.0
 Sent = list[tuple[str, bytes | None, Any, int | None]]
 
 
-@pytest.fixture
-def loop() -> Any:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield loop
-    loop.close()
-
-
-def make(loop: Any) -> tuple[Any, LockstepSettings, Sent]:
-    """The app with its output captured (as tests/integration/test_carriers.py builds it)."""
-    sent: Sent = []
-
-    async def emit(topic: str, key: bytes | None, value: bytes, partition: int | None) -> None:
-        sent.append((topic, key, orjson.loads(value), partition))
-
-    settings = LockstepSettings(_env_file=None, kafka_bootstrap_servers="127.0.0.1:9", partitions=2)  # type: ignore[call-arg]
-    app, _ = build_app(settings, "127.0.0.1:9", InventoryIndex(), emit=emit, loop=loop)
-    app.finalize()
-    return app, settings, sent
-
-
-async def put_on(agent: Any, topic: str, value: bytes, *, key: bytes | None = None,
-                 headers: dict[str, bytes] | None = None) -> None:
-    """``agent.put`` as if the message had been read from ``topic``."""
-    make_message = agent.to_message
-
-    def to_message(*args: Any, **kwargs: Any) -> Any:
-        message = make_message(*args, **kwargs)
-        message.topic, message.tp = topic, TP(topic, message.partition)
-        return message
-
-    agent.to_message = to_message
-    try:
-        await agent.put(value, key=key, partition=0, headers=headers)
-    finally:
-        agent.to_message = make_message
 
 #: A node_exporter-shaped scrape line without host/instance labels, as a keyed producer sends it.
 UNLABELLED = b'node_infiniband_symbol_error_total{device="mlx5_0",port="1"} 3 1764502930000\n'
 
 
 def test_a_keyed_scrape_without_a_source_header_takes_the_key_as_its_source(loop: Any) -> None:
-    app, settings, sent = make(loop)
+    app, settings, sent = captured_app(loop)
     topic = TopicCatalogue(settings)._n("telemetry.raw.prometheus")
 
     async def go() -> None:

@@ -22,11 +22,9 @@ from typing import Any
 
 import orjson
 import pytest
-from faust.types import TP
 
 import agents.carriers
 import lockstep.replay
-from agents.app import build_app
 from agents.carriers import (
     FULL_ORIGINALS_PER_MESSAGE,
     MAX_DEAD_LETTERS_PER_MESSAGE,
@@ -41,10 +39,9 @@ from lockstep.simulate import SCENARIOS, Simulator
 from models.records import DeadLetter
 from models.settings import LockstepSettings
 from streams.formats import FormatRejection
-from streams.inventory import InventoryIndex
+from tests.agent_context import Sent, captured_app, put_on
 
 T0 = 1764502930.0
-Sent = list[tuple[str, bytes | None, Any, int | None]]
 
 
 def _seed_helpers() -> ModuleType:
@@ -65,41 +62,8 @@ def test_the_module_examples_run() -> None:
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
 
-@pytest.fixture
-def loop() -> Any:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield loop
-    loop.close()
-
-
 def make(loop: Any) -> tuple[Any, LockstepSettings, Sent]:
-    sent: Sent = []
-
-    async def emit(topic: str, key: bytes | None, value: bytes, partition: int | None) -> None:
-        sent.append((topic, key, orjson.loads(value), partition))
-
-    settings = LockstepSettings(_env_file=None, kafka_bootstrap_servers="127.0.0.1:9", partitions=2)  # type: ignore[call-arg]
-    app, _ = build_app(settings, "127.0.0.1:9", InventoryIndex(), emit=emit, loop=loop)
-    app.finalize()
-    return app, settings, sent
-
-
-async def put_on(agent: Any, topic: str, value: bytes, *, key: bytes | None = None, partition: int = 0,
-                 headers: dict[str, bytes] | None = None, timestamp: float | None = None) -> None:
-    """``agent.put`` as if the message had been read from ``topic`` (the test context names no topic)."""
-    make_message = agent.to_message
-
-    def to_message(*args: Any, **kwargs: Any) -> Any:
-        message = make_message(*args, **kwargs)
-        message.topic, message.tp = topic, TP(topic, message.partition)
-        return message
-
-    agent.to_message = to_message
-    try:
-        await agent.put(value, key=key, partition=partition, headers=headers, timestamp=timestamp)
-    finally:
-        agent.to_message = make_message
+    return captured_app(loop)
 
 
 SCRAPE = (b"# TYPE SymbolErrorCounter counter\n"
