@@ -228,7 +228,6 @@ class Ingest:
     def write_snapshot(self, pipe: PartitionPipeline, partition: int) -> None:
         """Snapshot ``pipe`` (state after input offset ``pipe.last_offset``) into ``detector_state``, written
         after everything sent before it is on the broker (agents.snapshots)."""
-        self.metrics.series.labels(pipe.origin).set(len(pipe.registry))
         self.rt.snapshots.put(self.rt.detector_table, DETECTOR_STATE_TABLE, pipe.origin, pipe.snapshot(), partition,
                               owned=lambda: self.state.pipelines.get(pipe.origin) is pipe)
 
