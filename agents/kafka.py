@@ -79,7 +79,8 @@ async def drain(consumer: Any, tps: list[Any], timeout_s: float, on_batch: Any, 
     """Read the assigned partitions ``tps`` to their end, handing each fetched batch to ``on_batch``
     (a function of ``{TopicPartition: [records]}``; if it returns an awaitable, that is awaited).
 
-    "The end" is the end offsets at the start, confirmed by fetches that come back empty: some
+    "The end" is the end offsets at the start, confirmed by fetches that come back empty and by the end
+    offsets asked again then: some
     Kafka-protocol brokers (Tansu) misreport the end offset of partitions written in batches, in either
     direction, so an end offset alone would stop too early or wait forever. Raises ``TimeoutError``.
     """
@@ -104,7 +105,15 @@ async def drain(consumer: Any, tps: list[Any], timeout_s: float, on_batch: Any, 
             if await consumer.position(tp) < end[tp]:
                 reached = False
                 break
-        if (reached and quiet >= 2) or quiet >= 25:  # 25 empty fetches: ~5 s with nothing new
+        if reached and quiet >= 2:
+            # Confirm with the end offsets as they are now: a fetch that came back empty under load, or an
+            # end misreported low at the start, must not end the read before the records that are there.
+            later = await consumer.end_offsets(tps)
+            behind = [tp for tp in tps if await consumer.position(tp) < later[tp]]
+            if not behind:
+                return
+            end, quiet = later, 0
+        if quiet >= 25:  # 25 empty fetches: ~5 s with nothing new
             return
         if loop.time() > deadline:
             raise TimeoutError(f"could not read {sorted({tp.topic for tp in tps})} to the end in {timeout_s:.0f}s")
