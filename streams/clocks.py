@@ -12,9 +12,23 @@ where every delay drifts, cancels out)::
 
 A negative offset means the source's clock is behind (its samples claim to be older than they are);
 ``ts - offset`` is the corrected event time. ``uncertainty`` is the spread (MAD) of the relative
-delays, so a first mover is never named on a difference smaller than it. A source is *skewed* while
-``|offset| > tolerance_s + uncertainty``; the tracker reports when that starts and ends.
-Time is an input; nothing reads a clock.
+delays, so a first mover is never named on a difference smaller than it.
+
+Which sources are compared does not depend on arrival order: a second's delays are judged once
+:data:`MIN_SOURCES_FOR_REFERENCE` sources have reported it, *all of them* then (the ones that arrived
+first included), and every later arrival for that second at once.
+
+**Skew or lateness.** Late delivery (a collector or exporter that ships its samples 20-40 s after it
+took them) also makes a source's delays exceed its peers'. A wrong clock shifts every sample by the
+same amount; delivery lateness varies from message to message. So a source is *skewed* only while
+its offset is beyond the tolerance **and** stable::
+
+    |offset| > tolerance_s + uncertainty   and   uncertainty <= tolerance_s + STABLE_FRACTION * |offset|
+
+A source beyond the tolerance whose delays are unstable is *late*, not skewed: it is counted
+(:meth:`ClockTracker.late_sources`) and never re-times evidence nor raises ``clock_skew``. A
+delivery delay that is constant for a whole window cannot be told from a clock behind by arrival
+times alone (docs/correlation.md says so). Time is an input; nothing reads a clock.
 """
 
 from __future__ import annotations
@@ -31,6 +45,8 @@ import numpy as np
 MIN_SOURCES_FOR_REFERENCE = 3
 #: Event seconds of peer delays kept.
 PEER_SECONDS = 120
+#: A skew is a stable offset: its uncertainty at most the tolerance plus this fraction of it.
+STABLE_FRACTION = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +75,8 @@ class _SourceClock:
     median: float = 0.0
     mad: float = 0.0
     skewed: bool = False
+    #: beyond the tolerance but unstable: delivered late, not a wrong clock
+    late: bool = False
     since: int = 0  # observations since the statistics were recomputed
 
 #: Statistics are recomputed every this many observations of a source (they move slowly).
@@ -93,8 +111,8 @@ class ClockTracker:
     def __init__(self, config: ClockConfig | None = None) -> None:
         self.config = config or ClockConfig()
         self.sources: dict[str, _SourceClock] = {}
-        #: event second -> {source: delay}: the peers a delay is compared with ...
-        self.by_second: dict[int, dict[str, float]] = {}
+        #: event second -> {source: (delay, ts, layer)}: the peers a delay is compared with ...
+        self.by_second: dict[int, dict[str, tuple[float, float, str]]] = {}
         #: ... and the same delays sorted (the median is read, not recomputed, per observation)
         self._sorted: dict[int, list[float]] = {}
         self.newest_second = -(2**62)
@@ -108,8 +126,10 @@ class ClockTracker:
         return out
 
     def observe_delay(self, layer: str, source: str, delay: float, ts: float) -> list[ClockTransition]:
-        """One message's delay for ``source`` at event time ``ts`` (a scrape shares its transport delay)."""
-        cfg = self.config
+        """One message's delay for ``source`` at event time ``ts`` (a scrape shares its transport delay).
+
+        Returns the skew transitions this observation decides: for the first one that completes a second's
+        reference group, those of every source in the group (in source order); else its own."""
         sec = math.floor(ts)
         peers = self.by_second.get(sec)
         if peers is None:
@@ -118,8 +138,8 @@ class ClockTracker:
         ordered = self._sorted[sec]
         previous = peers.get(source)
         if previous is not None:
-            del ordered[bisect_left(ordered, previous)]
-        peers[source] = delay
+            del ordered[bisect_left(ordered, previous[0])]
+        peers[source] = (delay, ts, layer)
         insort(ordered, delay)
         if sec > self.newest_second:
             self.newest_second = sec
@@ -127,12 +147,25 @@ class ClockTracker:
                 for old in [k for k in self.by_second if k < sec - PEER_SECONDS]:
                     del self.by_second[old]
                     del self._sorted[old]
-        if len(peers) < MIN_SOURCES_FOR_REFERENCE:
+        n = len(peers)
+        if n < MIN_SOURCES_FOR_REFERENCE:
             return []
+        reference = _median_sorted(ordered)
+        if n == MIN_SOURCES_FOR_REFERENCE and previous is None:  # the group is complete: judge everyone in it
+            out: list[ClockTransition] = []
+            for member in sorted(peers):
+                d, t, lay = peers[member]
+                out += self._judge(lay, member, d - reference, t)
+            return out
+        return self._judge(layer, source, delay - reference, ts)
+
+    def _judge(self, layer: str, source: str, relative: float, ts: float) -> list[ClockTransition]:
+        """Fold one relative delay into ``source``'s statistics; its transition if its state changes."""
+        cfg = self.config
         state = self.sources.get(source)
         if state is None:
             state = self.sources[source] = _SourceClock(layer, deque(maxlen=cfg.window))
-        state.delays.append(delay - _median_sorted(ordered))
+        state.delays.append(relative)
         state.since += 1
         n = len(state.delays)
         if n < cfg.min_samples or (state.since < RECOMPUTE_EVERY and n != cfg.min_samples):
@@ -141,18 +174,26 @@ class ClockTracker:
         state.median = _median_sorted(sorted(state.delays))
         state.mad = _median_sorted(sorted(abs(d - state.median) for d in state.delays))
         offset, unc = self.offset(source)
-        skewed = abs(offset) > cfg.tolerance_s + unc
+        beyond = abs(offset) > cfg.tolerance_s + unc
+        stable = unc <= cfg.tolerance_s + STABLE_FRACTION * abs(offset)
+        skewed = beyond and stable
+        state.late = beyond and not stable
         if skewed == state.skewed:
             return []
         state.skewed = skewed
         return [ClockTransition(source, state.layer, "start" if skewed else "end", ts, offset, unc)]
+
+    def late_sources(self) -> dict[str, float]:
+        """Sources whose samples arrive late (beyond the tolerance, unstable: not a clock), with their
+        median delay over their peers' in seconds."""
+        return {s: st.median for s, st in self.sources.items() if st.late}
 
     def offset(self, source: str) -> tuple[float, float]:
         """``(offset, uncertainty)`` of ``source``'s clock in seconds (0, 0 when unknown)."""
         state = self.sources.get(source)
         if state is None or len(state.delays) < self.config.min_samples:
             return 0.0, 0.0
-        return -state.median, 1.4826 * state.mad
+        return 0.0 - state.median, 1.4826 * state.mad  # 0.0 - m: never -0.0
 
     def skewed(self, source: str) -> bool:
         state = self.sources.get(source)
@@ -168,6 +209,9 @@ class ClockTracker:
         for source, (layer, delays, skewed) in data["sources"].items():  # type: ignore[attr-defined]
             arr = np.asarray(delays, dtype=float)
             med = float(np.median(arr)) if arr.size else 0.0
-            self.sources[source] = _SourceClock(layer, deque(delays, maxlen=self.config.window), med,
-                                                float(np.median(np.abs(arr - med))) if arr.size else 0.0,
-                                                bool(skewed))
+            state = _SourceClock(layer, deque(delays, maxlen=self.config.window), med,
+                                 float(np.median(np.abs(arr - med))) if arr.size else 0.0, bool(skewed))
+            self.sources[source] = state
+            offset, unc = self.offset(source)
+            cfg = self.config
+            state.late = abs(offset) > cfg.tolerance_s + unc and unc > cfg.tolerance_s + STABLE_FRACTION * abs(offset)
