@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
         sh(BIN / "mypy")
         cores = os.cpu_count() or 1
         if cores > 1:
-            rest = ["-n", str(min(cores, 4)), "--dist", "loadscope"]
+            rest = ["-n", str(min(cores, 4)), "--dist", "loadscope", "--durations=20"]
     return sh(BIN / "python", "-m", "pytest", *rest, check=False)
 
 

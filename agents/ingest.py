@@ -185,13 +185,17 @@ class Ingest:
 
     async def send_episodes(self, out: PipelineOutput) -> None:
         """Anomaly episodes keyed by job; clock records keyed by source (one partition raises the clock_skew
-        alert)."""
+        alert) and a ``retime_only`` copy to every partition (each re-times the source's evidence on the
+        timelines of its own jobs)."""
         rt = self.rt
         for rec in out.anomalies:
             self.metrics.anomalies.labels(rec["layer"], rec["phase"]).inc()
             await rt.send(rt.topics.anomalies, rec["job_id"].encode(), orjson.dumps(rec))
         for rec in out.clocks:
             await rt.send(rt.topics.anomalies, rec["source"].encode(), orjson.dumps(rec))
+            copy = orjson.dumps(dict(rec, retime_only=True))
+            for partition in range(rt.settings.partitions):
+                await rt.send(rt.topics.anomalies, None, copy, partition)
 
     async def finish_batch(self, done: list[Processed]) -> None:
         """The per-batch outputs, in this order: one points record per job for all input partitions of the

@@ -46,6 +46,8 @@ class Correlator:
         self.jobs: dict[str, JobTimeline] = {}
         self.max_event_ts = -math.inf
         self.late_count = 0
+        #: clock offsets of skewed sources, from ``clock`` records: evidence of theirs is re-timed by it
+        self.offsets: dict[str, float] = {}
         self._dirty: set[str] = set()
 
     # -- the watermark, as the owner reads it ----------------------------------------------------
@@ -84,6 +86,10 @@ class Correlator:
             self.clock.observe(rec, now_wall)
         elif kind == "anomaly":
             self._add_anomaly(rec, out)
+        elif kind == "clock":
+            self._learn_clock(rec)
+            if not rec.get("retime_only"):  # the copy keyed by source raises the alert, on one partition
+                self._observe(kind, rec, out)
         elif isinstance(kind, str):
             self._observe(kind, rec, out)
         self._advance(now_wall, out)
@@ -115,13 +121,30 @@ class Correlator:
         if ts < self.clock.value:
             self.late_count += 1
             out.late.append(rec)
-        offset = float(rec.get("clock_offset") or 0.0)
+        offset = float(rec.get("clock_offset") or 0.0) or self.offsets.get(str(rec.get("source")), 0.0)
         if offset:
             # Order evidence on the true time line: undo the source's clock error.
-            rec = dict(rec, ts=ts - offset, raw_ts=ts)
+            rec = dict(rec, ts=ts - offset, raw_ts=ts, clock_offset=offset)
         job = self.jobs.setdefault(rec["job_id"], JobTimeline(rec["job_id"]))
         self._dirty.add(job.job_id)
         job.add(rec, ts)
+
+    def _learn_clock(self, rec: dict[str, Any]) -> None:
+        """A source's clock offset became known (``start``) or back within tolerance (``end``). Evidence of
+        the source already on a timeline is re-timed by a new offset and its jobs judged again (a verdict
+        given before the skew was learned is revised); evidence is never re-timed back at an ``end``:
+        it was taken while the clock was off."""
+        source = str(rec["source"])
+        if rec.get("phase") != "start":
+            self.offsets.pop(source, None)
+            return
+        offset = float(rec.get("offset") or 0.0)
+        if self.offsets.get(source) == offset:
+            return
+        self.offsets[source] = offset
+        for job in self.jobs.values():
+            if job.retime(source, offset):
+                self._dirty.add(job.job_id)
 
     # -- judging --------------------------------------------------------------------------------
     def _advance(self, now_wall: float, out: CorrelatorOutput) -> None:
@@ -181,7 +204,8 @@ class Correlator:
         """The state as JSON: the watermark's and the correlator's keys, each rule's own keys beside them,
         and per job its episodes, the cause alerts it fired and each rule's per-job keys."""
         data: dict[str, Any] = {**self.clock.snapshot(), "max_event_ts": num(self.max_event_ts),
-                                "late_count": self.late_count, **self.emitter.snapshot()}
+                                "late_count": self.late_count, "clock_offsets": dict(self.offsets),
+                                **self.emitter.snapshot()}
         for rule in self.correlation_rules:
             data.update(rule.snapshot())
         data["jobs"] = {jid: self._snapshot_job(job) for jid, job in self.jobs.items()}
@@ -201,6 +225,7 @@ class Correlator:
         self.clock.restore(data, now_wall)
         self.max_event_ts = float(data["max_event_ts"])
         self.late_count = int(data["late_count"])
+        self.offsets = {str(k): float(v) for k, v in data.get("clock_offsets", {}).items()}
         self.emitter.restore(data)
         for rule in self.correlation_rules:
             rule.restore(data)

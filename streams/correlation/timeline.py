@@ -44,6 +44,23 @@ class Episode:
     def role(self) -> str:
         return str(self.start["role"])
 
+    @property
+    def stated_ts(self) -> float:
+        """The start as the source's clock stated it (``ts`` is on the true time line)."""
+        return float(self.start.get("raw_ts", self.start["ts"]))
+
+    def retime(self, offset: float) -> bool:
+        """Put the episode on the true time line for a source clock ``offset`` seconds off (``ts - offset``);
+        whether it moved."""
+        old = float(self.start.get("clock_offset") or 0.0)
+        if old == offset:
+            return False
+        stated = self.stated_ts
+        self.start = dict(self.start, ts=stated - offset, raw_ts=stated, clock_offset=offset, retimed=True)
+        if self.end_ts is not None:
+            self.end_ts += old - offset
+        return True
+
 
 @dataclass
 class Fired:
@@ -85,19 +102,30 @@ class JobTimeline:
         """Fold one anomaly ``start``/``end`` record into its episode stream.
 
         ``rec`` is on the true time line (its ``ts`` corrected for the source's clock); ``ts`` is the time
-        the record states, which dedups starts and ends an episode.
+        the record states, which dedups starts and finds the episode an end closes (both as stated, so a
+        re-timed episode is still found). An end is kept on the true time line too.
         """
         key = episode_key(rec)
         eps = self.episodes.setdefault(key, [])
         if rec["phase"] == "start":
-            if not any(abs(e.ts - ts) < 1e-9 for e in eps):  # duplicates under at-least-once are harmless
+            if not any(abs(e.stated_ts - ts) < 1e-9 for e in eps):  # duplicates under at-least-once are harmless
                 eps.append(Episode(key, rec))
                 eps.sort(key=lambda e: e.ts)
         else:
             for ep in reversed(eps):
-                if ep.ts <= ts and ep.end_ts is None:
-                    ep.end_ts = ts
+                if ep.stated_ts <= ts and ep.end_ts is None:
+                    ep.end_ts = ts - float(ep.start.get("clock_offset") or 0.0)
                     break
+
+    def retime(self, source: str, offset: float) -> bool:
+        """Re-time every episode of ``source`` for its clock ``offset``; whether any moved."""
+        moved = False
+        for eps in self.episodes.values():
+            changed = [ep.retime(offset) for ep in eps if ep.start.get("source") == source]
+            if any(changed):
+                eps.sort(key=lambda e: e.ts)
+                moved = True
+        return moved
 
     def evict_episodes(self, horizon: float, pinned: set[EpisodeKey]) -> None:
         """Drop the episodes that ended before ``horizon``, except those of the ``pinned`` series."""

@@ -6,11 +6,10 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from itertools import permutations
 
 import numpy as np
 import pytest
-
-from itertools import permutations
 
 from streams.clocks import (
     MIN_SOURCES_FOR_REFERENCE,

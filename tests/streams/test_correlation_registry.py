@@ -20,7 +20,8 @@ from streams.correlation.registry import RULES
 from streams.correlation.rule import BaseRule, RuleContext
 from streams.correlation.timeline import Episode, JobTimeline, episode_key
 
-OWN_KEYS = {"origin_wm", "eos", "watermark", "finished", "max_event_ts", "late_count", "open_alerts", "jobs"}
+OWN_KEYS = {"origin_wm", "eos", "watermark", "finished", "max_event_ts", "late_count", "clock_offsets", "open_alerts",
+            "jobs"}
 OWN_JOB_KEYS = {"episodes", "fired"}
 
 

@@ -191,6 +191,46 @@ def test_a_clock_correction_reorders_evidence() -> None:
     assert alerts[0]["root_cause"]["layer"] == "switch"
 
 
+def clock(source: str, offset: float, at: float, phase: str = "start", **extra: Any) -> dict[str, Any]:
+    return {"type": "clock", "phase": phase, "source": source, "layer": "nccl", "ts": at, "offset": offset,
+            "uncertainty": 0.05, "origin": "o", **extra}
+
+
+def test_a_skew_learned_after_the_verdict_revises_it_and_one_learned_before_retimes_new_evidence() -> None:
+    """The same n2 as above, but its anomalies carry no offset: the skew is learned from a ``clock`` record.
+    Learned after the verdict (nccl first), the evidence is re-timed and the verdict revised to the switch;
+    learned before, it re-times the anomalies as they arrive. The re-timed episode still closes at its end."""
+    diagram = """
+        switch leaf1 SymbolErrorCounter link_errors port=12 | .....XXXXXXXXXXXXXXX.....
+        nccl   n2    coll_exec_time_us  latency             | .XXXXXXXXXXXXXXXXXXX.....
+        step   n1    step_time_seconds  step_time           | .........XXXXXXXXXXX.....
+    """
+    recs = sorted(records(diagram), key=lambda r: r["confirmed_ts"])
+    corr = Correlator(CFG, inventory(), {"o"})
+    alerts = []
+    for r in [r for r in recs if r["phase"] == "start"]:
+        alerts += corr.on_record(r, 0.0).alerts
+    alerts += corr.on_record({"type": "watermark", "origins": {"o": T + 16}}, 0.0).alerts
+    assert alerts[0]["root_cause"]["layer"] == "nccl"
+    out = corr.on_record(clock("n2", -6.0, T + 17, retime_only=True), 0.0)
+    assert [a["type"] for a in out.alerts] == ["job_slowdown"]  # a re-time only copy raises no clock_skew
+    revised = out.alerts[0]
+    assert revised["alert_id"] == alerts[0]["alert_id"] and revised["root_cause"]["source"] == "leaf1"
+    assert revised["details"]["revised_from"]["layer"] == "nccl"
+    for r in [r for r in recs if r["phase"] == "end"]:
+        corr.on_record(r, 0.0)
+    nccl = [e for e in corr.jobs["j"].all_episodes() if e.start["source"] == "n2"]
+    assert [(e.ts, e.end_ts) for e in nccl] == [(T + 7.0, T + 26.0)]
+
+    before = Correlator(CFG, inventory(), {"o"})
+    got = before.on_record(clock("n2", -6.0, T), 0.0).alerts
+    assert [a["type"] for a in got] == ["clock_skew"]
+    for r in recs:
+        got += before.on_record(r, 0.0).alerts
+    got += before.on_record({"type": "watermark", "origins": {"o": T + 120}}, 0.0).alerts
+    assert next(a["root_cause"]["source"] for a in got if a["type"] == "job_slowdown") == "leaf1"
+
+
 def test_late_evidence_revises_a_firing_alert_instead_of_being_dropped() -> None:
     corr = Correlator(CFG, inventory(), {"o"})
     step = [r for r in records("step n1 step_time_seconds step_time | .........XXXXXXXXXXX.....")]

@@ -142,8 +142,11 @@ class SlowdownRule(BaseRule):
         """Evidence that arrived after the verdict (beyond the lateness bound) can name an earlier first
         mover: the firing alert is updated (same id and dedup key), never silently left wrong."""
         cfg = ctx.config
-        if not any(e.ts <= inc.onset and float(e.start.get("confirmed_ts", e.ts)) > inc.onset + cfg.grace_s
-                   + cfg.allowed_lateness_s for e in job.all_episodes() if e.role == "cause"):
+        late = any(e.ts <= inc.onset and float(e.start.get("confirmed_ts", e.ts)) > inc.onset + cfg.grace_s
+                   + cfg.allowed_lateness_s for e in job.all_episodes() if e.role == "cause")
+        # evidence re-timed by a clock skew learned after the verdict (Correlator._learn_clock)
+        retimed = any(e.start.get("retimed") for e in job.all_episodes())
+        if not late and not retimed:
             return
         causes = [e for e in job.all_episodes() if e.role == "cause" and inc.onset - cfg.lookback_s <= e.ts
                   <= inc.onset and (e.end_ts is None or e.end_ts >= inc.onset - cfg.grace_s)]
@@ -157,7 +160,8 @@ class SlowdownRule(BaseRule):
         revised_from = {"domain": root.domain.value, "layer": root.layer, "source": root.source,
                         "labels": dict(root.labels), "metric": root.metric}
         revised = inc.alert.model_copy(update={
-            "root_cause": _root_cause(first.start, domain, reason + " (revised: evidence arrived late)"),
+            "root_cause": _root_cause(first.start, domain, reason + (
+                " (revised: evidence arrived late)" if late else " (revised: evidence re-timed by a clock skew)")),
             "timeline": evidence.timeline(window, cfg.timeline_limit, first),
             "details": dict(inc.alert.details, revised_from=revised_from),
             "labels": dict(inc.alert.labels, domain=domain.value),
