@@ -362,6 +362,8 @@ class Ingest:
         if self.state.wm_dirty or now - self.state.last_broadcast >= 1.0:
             self.state.last_broadcast = now
             await self.broadcast_watermarks()
+            for origin, pipe in list(self.state.pipelines.items()):
+                self.metrics.late_sources.labels(origin).set(len(pipe.clocks.late_sources()))
 
 
 def idle_inputs(published: dict[str, float], last_message: dict[str, float], now: float, idle_s: float,

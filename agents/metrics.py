@@ -44,6 +44,9 @@ class WorkerMetrics:
         self.watermark = Gauge("lockstep_watermark_seconds", "Correlation watermark (event time)", ["partition"],
                                registry=r)
         self.series = Gauge("lockstep_series", "Series held per input partition", ["origin"], registry=r)
+        self.late_sources = Gauge("lockstep_late_sources",
+                                  "Sources whose samples arrive late against their peers' with unstable delays (late "
+                                  "delivery, not a clock skew: never re-timed)", ["origin"], registry=r)
         self.series_refused = Counter(
             "lockstep_series_refused_samples_total", "Samples of new series refused by a series cap "
             "(reason: max_series_per_partition or max_series_per_source); dead-lettered one record per message",
