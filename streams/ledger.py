@@ -295,6 +295,11 @@ class Ledger:
             self.merge_entry(e)
         return self
 
+    @property
+    def latest(self) -> float | None:
+        """The latest event time an incident names (an end, or the onset of one still firing)."""
+        return max((e.end if e.end is not None else e.onset for e in self.entries.values()), default=None)
+
     def evict(self, before: float, max_entries: int | None = None) -> int:
         """Drop incidents that ended before ``before`` (and the oldest-ending beyond ``max_entries``)."""
         drop = [k for k, e in self.entries.items() if e.end is not None and e.end < before]
@@ -397,3 +402,15 @@ class Ledger:
                     out.setdefault(k, [0.0] * n)[i] += e.gpus_lost * (edge - t)
                 t, i = edge, i + 1
         return out
+
+
+def report(ledger: Ledger, by: str, window: str, limit: int | None, event_time: float | None,
+           wall: float) -> dict[str, Any]:
+    """The answer of ``GET /capacity`` and ``lockstep capacity``: :meth:`Ledger.rollup` as of the latest
+    event time known (the read model's, or the latest incident end if later; the wall clock only when
+    neither is known), with ``as_of`` and the ``window`` as asked. Raises :class:`LedgerError`."""
+    seconds = parse_window(window)
+    known = [t for t in (event_time, ledger.latest) if t is not None]
+    now = max(known) if known else wall
+    out = ledger.rollup(by, now, seconds, limit)
+    return {"as_of": now, "as_of_iso": format_ts(now), "window": window, **out}
