@@ -40,7 +40,6 @@ exactly the same figures. Nothing here reads the clock: ``now`` is an argument.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -150,15 +149,20 @@ class LedgerEntry:
     entities: tuple[Entity, ...]
     baseline: float = 0.0
     value: float = 0.0
+    #: :func:`fraction_lost` of ``ratio`` (kept: roll-ups ask it for every incident)
+    fraction: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fraction", fraction_lost(self.ratio))
 
     @property
     def fraction_lost(self) -> float:
-        return fraction_lost(self.ratio)
+        return self.fraction
 
     @property
     def gpus_lost(self) -> float:
         """GPU-seconds lost per second of the incident."""
-        return self.gpus * self.fraction_lost
+        return self.gpus * self.fraction
 
     def until(self, now: float) -> float:
         """Where the incident ends for a question asked at ``now``."""
@@ -304,36 +308,61 @@ class Ledger:
         """Drop incidents that ended before ``before`` (and the oldest-ending beyond ``max_entries``)."""
         drop = [k for k, e in self.entries.items() if e.end is not None and e.end < before]
         if max_entries is not None and len(self.entries) - len(drop) > max_entries:
-            rest = sorted((e for k, e in self.entries.items() if k not in set(drop)),
+            gone = set(drop)
+            rest = sorted((e for k, e in self.entries.items() if k not in gone),
                           key=lambda e: (e.until(math.inf), e.key))
             drop += [e.key for e in rest[:len(rest) - max_entries]]
         for k in drop:
             del self.entries[k]
         return len(drop)
 
+    def _spans(self, now: float, start: float, stop: float) -> dict[str, list[tuple[float, float, LedgerEntry]]]:
+        """Per job, each incident's ``(from, to, incident)`` clipped to ``[start, stop)`` (empty ones left out)."""
+        by_job: dict[str, list[tuple[float, float, LedgerEntry]]] = {}
+        for e in self.entries.values():
+            a = e.onset if e.onset > start else start
+            b = e.end if e.end is not None else (now if now > e.onset else e.onset)
+            if b > stop:
+                b = stop
+            if b > a:
+                by_job.setdefault(e.job_id, []).append((a, b, e))
+        return by_job
+
+    @staticmethod
+    def _charge(by_job: dict[str, list[tuple[float, float, LedgerEntry]]]) -> list[tuple[LedgerEntry, float, float]]:
+        """Sweep each job's spans: every piece of time goes to the active incident losing the most."""
+        out: list[tuple[LedgerEntry, float, float]] = []
+        for job in sorted(by_job):
+            spans = by_job[job]
+            if len(spans) == 1:  # the usual case: one incident at a time
+                a, b, e = spans[0]
+                out.append((e, a, b))
+                continue
+            entries = {e.key: e for _, _, e in spans}
+            events = sorted([(a, 1, e.key) for a, _, e in spans] + [(b, 0, e.key) for _, b, e in spans])
+            active: dict[str, LedgerEntry] = {}
+            last = events[0][0]
+            for t, opens, key in events:
+                if t > last and active:
+                    best = next(iter(active.values())) if len(active) == 1 else min(
+                        active.values(), key=lambda x: (-x.fraction, x.onset, x.key))
+                    if out and out[-1][0] is best and out[-1][2] == last:
+                        out[-1] = (best, out[-1][1], t)
+                    else:
+                        out.append((best, last, t))
+                last = t
+                if opens:
+                    active[key] = entries[key]
+                else:
+                    active.pop(key, None)
+        return out
+
     def charged(self, now: float, start: float = -math.inf, stop: float = math.inf
                 ) -> list[tuple[LedgerEntry, float, float]]:
         """``(incident, from, to)`` pieces within ``[start, stop)`` where the incident is the one a job's
-        seconds are charged to (the largest fraction among its overlapping incidents)."""
-        by_job: dict[str, list[LedgerEntry]] = {}
-        for e in self.entries.values():
-            by_job.setdefault(e.job_id, []).append(e)
-        out: list[tuple[LedgerEntry, float, float]] = []
-        for job in sorted(by_job):
-            incidents = by_job[job]
-            cuts = sorted({t for e in incidents for t in (e.onset, e.until(now))
-                           if start <= t <= stop} | ({start} if math.isfinite(start) else set())
-                          | ({stop} if math.isfinite(stop) else set()))
-            for a, b in itertools.pairwise(cuts):
-                active = [e for e in incidents if e.onset <= a and e.until(now) >= b and b > a]
-                if not active:
-                    continue
-                best = min(active, key=lambda e: (-e.fraction_lost, e.onset, e.key))
-                if out and out[-1][0] is best and out[-1][2] == a:
-                    out[-1] = (best, out[-1][1], b)
-                else:
-                    out.append((best, a, b))
-        return out
+        seconds are charged to (the largest fraction among its overlapping incidents; ties: the earliest
+        onset, then the key). A sweep over each job's onsets and ends: O(n log n) plus the overlaps."""
+        return self._charge(self._spans(now, start, stop))
 
     def rollup(self, by: str, now: float, window_s: float | None = None, limit: int | None = None
                ) -> dict[str, Any]:
@@ -348,39 +377,35 @@ class Ledger:
         start = now - window_s if window_s is not None else -math.inf
         stop = now
         rows: dict[tuple[str, str], Row] = {}
-
-        def groups(e: LedgerEntry) -> list[tuple[str, str]]:
-            if by == "job":
-                return [("job", e.job_id)]
-            if by == "domain":
-                return [("domain", e.domain)]
-            return [(x.kind, x.id) for x in e.entities if by in ("entity", x.kind)]
-
+        by_job = self._spans(now, start, stop)
+        groups_of: dict[str, list[Row]] = {}
+        for spans in by_job.values():
+            for _, b, e in spans:
+                mine = groups_of[e.key] = []
+                for g in _groups(e, by):
+                    row = rows.get(g)
+                    if row is None:
+                        row = rows[g] = Row(g[0], g[1])
+                    mine.append(row)
+                    row.incidents.add(e.key)
+                    row.jobs.add(e.job_id)
+                    row.domains.add(e.domain)
+                    if e.end is None:
+                        row.open.add(e.key)
+                    if b > row.last_end:
+                        row.last_end = b
         total = 0.0
-        seen: set[str] = set()
-        for e in self.entries.values():
-            if e.onset >= stop or e.until(now) <= start:
-                continue
-            seen.add(e.key)
-            for g in groups(e):
-                row = rows.setdefault(g, Row(g[0], g[1]))
-                row.incidents.add(e.key)
-                row.jobs.add(e.job_id)
-                row.domains.add(e.domain)
-                if e.end is None:
-                    row.open.add(e.key)
-                row.last_end = max(row.last_end, min(e.until(now), now))
-        for e, a, b in self.charged(now, start, stop):
-            cost = e.gpus_lost * (b - a)
+        for e, a, b in self._charge(by_job):
+            cost = e.gpus * e.fraction * (b - a)
             total += cost
-            for g in groups(e):
-                rows[g].gpu_seconds += cost
+            for row in groups_of[e.key]:
+                row.gpu_seconds += cost
         ordered = sorted(rows.values(), key=lambda r: (-r.gpu_seconds, r.group, r.id))
         if limit is not None:
             ordered = ordered[:limit]
         return {"by": by, "window_s": window_s, "from": start if math.isfinite(start) else None, "to": stop,
                 "from_iso": format_ts(start) if math.isfinite(start) else None, "to_iso": format_ts(stop),
-                "gpu_seconds": round(total, 3), "gpu_hours": round(total / 3600.0, 4), "incidents": len(seen),
+                "gpu_seconds": round(total, 3), "gpu_hours": round(total / 3600.0, 4), "incidents": len(groups_of),
                 "rows": [r.to_json() for r in ordered]}
 
     def buckets(self, by: str, now: float, bucket_s: float, start: float) -> dict[tuple[str, str], list[float]]:
@@ -392,8 +417,7 @@ class Ledger:
         n = max(0, math.ceil((now - first) / bucket_s))
         out: dict[tuple[str, str], list[float]] = {}
         for e, a, b in self.charged(now, first, now):
-            keys = ([("job", e.job_id)] if by == "job" else [("domain", e.domain)] if by == "domain" else
-                    [(x.kind, x.id) for x in e.entities if by in ("entity", x.kind)])
+            keys = _groups(e, by)
             i = int((a - first) // bucket_s)
             t = a
             while t < b and i < n:
@@ -402,6 +426,15 @@ class Ledger:
                     out.setdefault(k, [0.0] * n)[i] += e.gpus_lost * (edge - t)
                 t, i = edge, i + 1
         return out
+
+
+def _groups(e: LedgerEntry, by: str) -> list[tuple[str, str]]:
+    """The rows of a roll-up ``by`` one grouping that incident ``e`` counts for."""
+    if by == "job":
+        return [("job", e.job_id)]
+    if by == "domain":
+        return [("domain", e.domain)]
+    return [(x.kind, x.id) for x in e.entities if by in ("entity", x.kind)]
 
 
 def report(ledger: Ledger, by: str, window: str, limit: int | None, event_time: float | None,

@@ -66,7 +66,7 @@ class ReadStoreConfig:
     max_annotations_per_job: int = 500
     max_silences: int = 10_000
     #: incidents the GPU-time lost ledger keeps (the oldest-ending go first)
-    max_incidents: int = 50_000
+    max_incidents: int = 10_000
 
 
 class LaneRing:

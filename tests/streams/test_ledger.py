@@ -206,3 +206,25 @@ def test_windows_and_groupings_are_validated() -> None:
     with pytest.raises(LedgerError):
         Ledger().rollup("rack", T0)
     assert Ledger().rollup("entity", T0, 3600.0)["rows"] == []
+
+
+def test_the_charged_total_equals_a_second_by_second_count() -> None:
+    """Whole-second incidents, overlapping at random: the sweep's total is the sum over every second and
+    job of the GPUs times the largest fraction lost among the job's incidents active in that second."""
+    rnd = random.Random(3)
+    alerts, spans = [], []
+    for i in range(60):
+        start = T0 + rnd.randrange(0, 400)
+        end = start + rnd.randrange(1, 120)
+        job, gpus, ratio = f"j{i % 4}", 8 * (i % 4 + 1), rnd.choice([1.25, 2.0, 4.0, 5.0])
+        alerts.append(alert(f"a{i}", job, gpus, ratio, start, end))
+        spans.append((job, gpus, (ratio - 1) / ratio, start, end))
+    led = ledger_of(*alerts)
+    now, window = T0 + 600, 300.0
+    expect = 0.0
+    for sec in range(int(now - window), int(now)):
+        for job in {s[0] for s in spans}:
+            live = [(g, f) for j, g, f, a, b in spans if j == job and a <= sec < b]
+            if live:
+                expect += max(live, key=lambda x: x[1])[0] * max(f for _, f in live)
+    assert led.rollup("job", now, window)["gpu_seconds"] == pytest.approx(expect, rel=1e-9)
