@@ -183,6 +183,12 @@ class _Leaf:
     def free(self) -> int:
         return sum(self.gpus)
 
+    @property
+    def pod(self) -> frozenset[str]:
+        """The spine set it shares with its pod; a leaf with no known uplink is a pod of its own (nothing
+        says it shares a spine with anything)."""
+        return self.spines or frozenset({f"?{self.name}"})
+
     def take(self, need: int) -> tuple[list[str], int]:
         """Nodes in order until ``need`` GPUs are covered (or all of them)."""
         taken, got = [], 0
@@ -229,7 +235,7 @@ def place(fabric: Fabric, request: Request, avoid: Avoid | None = None, limit: i
     # 2. one pod: the leaves sharing a spine set, fullest (and healthiest) first
     pods: dict[frozenset[str], list[_Leaf]] = {}
     for leaf in leaves:
-        pods.setdefault(leaf.spines, []).append(leaf)
+        pods.setdefault(leaf.pod, []).append(leaf)
     # (every tier is asked: a leaf that fits may be degraded or contended, and the ranking decides)
     for members in pods.values():
         if sum(m.free for m in members) >= need:
@@ -279,7 +285,7 @@ def _fill(ordered: list[_Leaf], need: int) -> Candidate:
 
 
 def _candidate(leaves: list[_Leaf], nodes: list[str], got: int, need: int) -> Candidate:
-    pods = len({leaf.spines for leaf in leaves})
+    pods = len({leaf.pod for leaf in leaves})
     spines = sorted({s for leaf in leaves for s in leaf.spines}) if len(leaves) > 1 else []
     degraded = sorted({s for leaf in leaves for s in leaf.degraded if s == leaf.name or len(leaves) > 1})
     contended = sorted({s for leaf in leaves for s in leaf.contended if s == leaf.name or len(leaves) > 1})
@@ -347,5 +353,5 @@ def exclude_hostlist(avoid: Avoid) -> str:
 def leaf_spread(fabric: Fabric, nodes: Iterable[str]) -> tuple[int, int]:
     """``(leaves, pods)`` a set of nodes spans: what placement quality is measured by."""
     leaves = {fabric.leaf_of[n] for n in nodes if n in fabric.leaf_of}
-    return len(leaves), len({fabric.spines_of.get(leaf, frozenset()) for leaf in leaves})
+    return len(leaves), len({fabric.spines_of.get(leaf) or frozenset({f"?{leaf}"}) for leaf in leaves})
 

@@ -73,6 +73,13 @@ def test_no_pod_big_enough_then_the_fewest_pods() -> None:
     assert leaf_spread(f, c.nodes) == (2, 2)
 
 
+def test_leaves_with_no_known_uplink_are_not_taken_for_one_pod() -> None:
+    f = Fabric({"a": "l1", "b": "l2"}, {"l1": frozenset(), "l2": frozenset()}, {}, {"a": 8, "b": 8})
+    c = place(f, Request(16)).candidates[0]
+    assert c.pods == 2 and c.reason == "16 GPUs on 2 nodes under 2 leaves in 2 pods"
+    assert leaf_spread(f, c.nodes) == (2, 2)
+
+
 def test_drained_nodes_and_nodes_behind_a_degraded_port_are_left_out() -> None:
     inv = InventoryIndex()
     for i, node in enumerate(["a", "b", "c", "d"]):
