@@ -28,6 +28,7 @@ from agents.snapshots import read_snapshot
 from agents.topics import CORRELATOR_STATE_TABLE
 from models.errors import InternalError, ValidationFailed
 from streams.jobs import JobPartition
+from streams.ledger import entry_of
 
 log = logging.getLogger("lockstep.agents")
 
@@ -37,6 +38,7 @@ class Correlate:
         self.rt = rt
         self.state = rt.state
         self.metrics = rt.metrics
+        self.capacity_topic: Any = None  # made at the first costed alert (issue 22)
 
     # -- the agents -----------------------------------------------------------------------------
     async def run(self, stream: faust.StreamT[bytes]) -> None:
@@ -160,10 +162,29 @@ class Correlate:
             log.info("alert %s %s %s %s (started %s, due %s)", alert["status"], alert["type"], alert.get("job_id"),
                      alert["alert_id"], alert["started_at"], alert["detected_at"])
             await rt.send(rt.topics.alerts, (alert.get("job_id") or "").encode(), orjson.dumps(alert))
+            await self.send_cost(alert)
         for rec in res.timelines:
             await rt.send(rt.topics.timelines, rec["job_id"].encode(), orjson.dumps(rec))
         for rec in res.stats:
             await rt.send(rt.topics.stats, rec["job_id"].encode(), orjson.dumps(rec))
+
+    # -- the GPU-time lost ledger (issue 22) -----------------------------------------------------
+    async def send_cost(self, alert: dict[str, Any]) -> None:
+        """The incident's ``capacity`` record (streams.ledger), right after its alert: computed from the
+        alert alone, so a snapshot holds nothing more and a replayed alert gives the same record. Keyed by
+        ``alert_id``: every version of an incident lands on one partition, in order."""
+        rt = self.rt
+        try:
+            entry = entry_of(alert, rt.inventory.tiers)
+        except (KeyError, TypeError, ValueError):
+            log.exception("no capacity record for alert %s", alert.get("alert_id"))
+            return
+        if entry is None:
+            return
+        if self.capacity_topic is None:
+            self.capacity_topic = rt.app.topic(rt.catalogue.capacity, key_serializer="raw", value_serializer="raw",
+                                               partitions=rt.settings.alerts_partitions)
+        await rt.send(self.capacity_topic, entry.alert_id.encode(), orjson.dumps(entry.to_record()))
 
     # -- recovery -------------------------------------------------------------------------------
     async def resume(self, corr: JobPartition, partition: int, first: int | None,

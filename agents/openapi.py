@@ -147,6 +147,13 @@ def _schemas() -> dict[str, Any]:
                        "reasons": {"type": "object", "additionalProperties": STR},
                        "inventory_jobs": INT, "read_model": OBJ})
     s["Health"] = _obj({"status": {"const": "ok"}})
+    # the GPU-time lost ledger (issue 22; streams/ledger.py, docs/capacity.md)
+    s["CapacityRow"] = _obj({"kind": STR, "id": STR, "gpu_seconds": NUM, "gpu_hours": NUM, "incidents": INT,
+                             "open": INT, "fixed": BOOL, "jobs": _arr(STR), "domains": _arr(STR),
+                             "last_seen": NSTR})
+    s["CapacityReport"] = _obj({"as_of": NUM, "as_of_iso": STR, "window": STR, "by": STR, "window_s": NNUM,
+                                "from": NNUM, "to": NUM, "from_iso": NSTR, "to_iso": STR, "gpu_seconds": NUM,
+                                "gpu_hours": NUM, "incidents": INT, "rows": _arr(_ref("CapacityRow"))})
     return s
 
 
@@ -237,6 +244,16 @@ def _document() -> dict[str, Any]:
             "getFabricPort", "Who is behind a switch port: nodes, jobs, GPU counts", "FabricPort",
             params=[_param("switch", "path", "Switch name (e.g. leaf03)"), _param("port", "path", "Port (e.g. 17)")],
             errors=(404,), heavy=True),
+        "/capacity": _get(
+            "getCapacity", "GPU-hours lost per root-cause entity, job or domain over a window, largest first",
+            "CapacityReport", heavy=True, errors=(400,), params=[
+                _param("by", "query", "entity (default), port, leaf, spine, core, switch, nic, gpu, node, pool, "
+                       "unattributed, job or domain", required=False),
+                _param("window", "query", "hour, day, week or <n>s|m|h|d|w (default 7d)", required=False),
+                _param("limit", "query", "At most this many rows (1-1000, default 20)",
+                       {"type": "integer", "minimum": 1, "maximum": 1000}, False)],
+            description="GPU-seconds lost = GPUs x fraction of step time lost x duration, as of the latest event "
+                        "time held (docs/capacity.md)."),
         "/annotations": {
             **_get("listAnnotations", "Operator annotations, oldest first", "AnnotationList",
                    params=[_param("job", "query", "Only this job's annotations")]),

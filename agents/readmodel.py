@@ -3,12 +3,12 @@
 One plain aiokafka consumer per worker, **without a consumer group**, assigned every partition of
 ``timelines``, ``alerts``, ``stats``, ``anomalies`` (only ``type: anomaly`` records are kept; the
 ``points`` and ``watermark`` records there are skipped by their first bytes, unparsed),
-``annotations`` and ``silences``. So whichever worker correlates a job, every worker can answer
-for it: the HTTP API of any worker is correct across partitions.
+``annotations``, ``silences`` and ``capacity`` (the GPU-time lost ledger). So whichever worker
+correlates a job, every worker can answer for it: the HTTP API of any worker is correct across partitions.
 
 Where reading starts: the time-bounded topics (``timelines``, ``anomalies``, ``stats``) at the first
 record produced within the store's history (``offsets_for_times``, wall clock minus
-``history_s``; from the beginning where the broker cannot say); ``alerts``, ``annotations`` and
+``history_s``; from the beginning where the broker cannot say); ``alerts``, ``annotations``, ``capacity`` and
 the compacted ``silences`` from the beginning (the store keeps the latest of each, bounded).
 :attr:`ReadModel.caught_up` turns true once every partition reached the end offset it had at
 start-up (``/readyz`` waits for it).
@@ -71,7 +71,8 @@ class ReadModel:
         self.clock = clock
         cat = TopicCatalogue(settings)
         self.kinds = {cat.timelines: "timelines", cat.alerts: "alerts", cat.stats: "stats",
-                      cat.anomalies: "anomalies", cat.annotations: "annotations", cat.silences: "silences"}
+                      cat.anomalies: "anomalies", cat.annotations: "annotations", cat.silences: "silences",
+                      cat.capacity: "capacity"}
         self.consumer: AIOKafkaConsumer | None = None
         self.partitions: list[TopicPartition] = []
         self.targets: dict[TopicPartition, int] = {}

@@ -116,6 +116,11 @@ class TopicCatalogue:
     def silences(self) -> str:
         return self._n("silences")
 
+    @property
+    def capacity(self) -> str:
+        """GPU-time lost per incident (issue 22; streams/ledger.py, docs/capacity.md)."""
+        return self._n("capacity")
+
     def changelog(self, table: str) -> str:
         return f"{self.settings.app_id}-{table}-changelog"
 
@@ -154,6 +159,8 @@ class TopicCatalogue:
                       s.alerts_retention_ms),
             TopicSpec(self.timelines, p, "job_id", "per-job, per-second lane aggregates (the timeline page)",
                       s.telemetry_retention_ms),
+            TopicSpec(self.capacity, s.alerts_partitions, "alert_id", "GPU-seconds lost per incident, by root-cause "
+                      "entity (docs/capacity.md)", s.alerts_retention_ms),
             TopicSpec(self.annotations, s.inventory_partitions, "job_id", "operator annotations (a fix, a change) "
                       "for before/after comparisons (docs/api.md)", s.alerts_retention_ms),
             TopicSpec(self.silences, s.inventory_partitions, "silence_id",

@@ -15,7 +15,8 @@ Bounds (see :class:`ReadStoreConfig`):
   the job's latest second;
 - the latest ``max_alerts`` alerts with their lifecycle; the latest stats record per job, and the
   ``annotation_effect`` records (step time before/after an annotation) of the ``stats`` topic;
-- per job, the latest ``max_annotations_per_job`` annotations; at most ``max_silences`` silences.
+- per job, the latest ``max_annotations_per_job`` annotations; at most ``max_silences`` silences;
+- the ``capacity`` topic's incidents in a :class:`~streams.ledger.Ledger`, at most ``max_incidents``.
 
 Nothing here reads the clock or does I/O. Records that do not have the documented shape are counted
 in :attr:`ReadStore.rejected` and otherwise ignored (they come from Lockstep's own stages; a bad one
@@ -41,6 +42,7 @@ from pydantic import ValidationError
 
 from models.operator import AnnotationRecord, SilenceRecord
 from streams.lanes import LANE_ORDER
+from streams.ledger import Ledger, LedgerEntry
 
 #: Index of each lane in the ring's second axis.
 LANE_INDEX = {lane: i for i, lane in enumerate(LANE_ORDER)}
@@ -52,7 +54,7 @@ N, P50, P99, MIN, MAX = range(len(FIELDS))
 ANOMALY_FIELDS = ("layer", "source", "labels", "metric", "meaning", "role", "value")
 
 #: The kinds of record the store folds (one per topic).
-KINDS = ("timelines", "alerts", "stats", "anomalies", "annotations", "silences")
+KINDS = ("timelines", "alerts", "stats", "anomalies", "annotations", "silences", "capacity")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,8 @@ class ReadStoreConfig:
     max_alerts: int = 5000
     max_annotations_per_job: int = 500
     max_silences: int = 10_000
+    #: incidents the GPU-time lost ledger keeps (the oldest-ending go first)
+    max_incidents: int = 10_000
 
 
 class LaneRing:
@@ -175,6 +179,8 @@ class ReadStore:
         self.silences: dict[str, dict[str, Any]] = {}
         self.applied: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.rejected: dict[str, int] = dict.fromkeys(KINDS, 0)
+        #: The ``capacity`` topic's incidents (streams.ledger): the GPU-time lost ledger.
+        self.ledger = Ledger()
         #: The latest second any job's lanes reached: the read model's event-time "now".
         self.event_time: float | None = None
 
@@ -223,6 +229,8 @@ class ReadStore:
             if value.get("type") != "anomaly":
                 return False
             return self._anomaly(value)
+        if kind == "capacity":
+            return self._capacity(value)
         if kind == "annotations":
             rec = AnnotationRecord.model_validate(value).model_dump()
             notes = self.annotations.setdefault(rec["job_id"], OrderedDict())
@@ -315,6 +323,14 @@ class ReadStore:
         if status == "resolved" or entry.latest.get("status") != "resolved":
             entry.latest = rec
         return True
+
+    def _capacity(self, rec: dict[str, Any]) -> bool:
+        """One incident's cost, in its partition's order (a bad record raises LedgerError: rejected)."""
+        changed = self.ledger.add(LedgerEntry.from_record(rec))
+        cap = self.config.max_incidents
+        if len(self.ledger.entries) > cap + cap // 10:
+            self.ledger.evict(-math.inf, max_entries=cap)
+        return changed
 
     def _silence(self, value: Any, key: str | None) -> bool | None:
         if value is None:

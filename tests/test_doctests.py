@@ -13,6 +13,7 @@ import streams
 
 PACKAGES = [models, streams]
 EXTRA = ["lockstep.render", "lockstep.safetext", "lockstep.commands.tail", "lockstep.commands.diagnose",
+         "lockstep.commands.capacity",
          "lockstep.commands.schema",
          "lockstep.run", "lockstep.simulate", "lockstep.replay", "lockstep.broker", "lockstep.logs",
          "agents.app", "agents.batching", "agents.deadletters", "agents.ingest", "agents.recovery", "agents.runtime",

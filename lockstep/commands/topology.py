@@ -13,6 +13,11 @@ The format of each file is recognised from its content; ``--from FORMAT`` forces
 file. ``--source HOST`` names the host of ``lldpctl`` output (it does not name itself); use
 ``FILE@HOST`` to give one host per file. Exit code 0 when something was learned, 1 when nothing
 was, 2 for usage errors.
+
+``--slurm`` prints the fabric as a Slurm ``topology.conf`` (``topology/tree``: each leaf with its
+nodes, each spine with its leaves, each core with its spines) and an advisory ``--exclude``
+hostlist of the drained and down nodes; ``--place GPUS`` prints the best node sets for a request
+(least leaf and pod spread, avoiding those nodes; ``--class``, ``--gpus-per-node``; docs/capacity.md).
 """
 
 from __future__ import annotations
@@ -36,6 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--from", dest="fmt", metavar="FORMAT", choices=_INVENTORY_FORMATS,
                    help="force the format of every file (default: recognised from each file's content)")
     p.add_argument("--source", default=None, help="the host of lldpctl output (or FILE@HOST per file)")
+    # placement (issue 22): the fabric as Slurm sees it, and where N GPUs should go
+    p.add_argument("--slurm", action="store_true", help="print a Slurm topology.conf (topology/tree) of the fabric "
+                   "instead, with an advisory --exclude hostlist of the drained and down nodes")
+    p.add_argument("--place", type=int, metavar="GPUS", help="print the best node sets for GPUS GPUs instead "
+                   "(least leaf and pod spread, away from drained and down nodes; docs/capacity.md)")
+    p.add_argument("--class", dest="klass", default="tightly-coupled", choices=("tightly-coupled", "data-loader-heavy"),
+                   help="the request's class for --place (default tightly-coupled)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of a node no job record describes (default 8)")
     p.add_argument("files", nargs="+", metavar="FILE", help="input files")
     p.set_defaults(handler=run)
 
@@ -109,8 +122,41 @@ def topology_files(args: argparse.Namespace, out: TextIO, err: TextIO, *, now: f
                 expected.update(doc["nodes"])
             elif doc["kind"] == "node":
                 expected.add(doc["node"])
+    if getattr(args, "slurm", False) or getattr(args, "place", None) is not None:
+        return _placement(args, index, out, err) if learned else 1
     _report(index, expected, rejected, out)
     return 0 if learned else 1
+
+
+def _placement(args: argparse.Namespace, index: object, out: TextIO, err: TextIO) -> int:
+    """``--slurm`` and ``--place`` (streams.placement): the drained and down nodes are avoided."""
+    from streams.inventory import InventoryIndex
+    from streams.placement import Fabric, PlacementError, Request, avoid_from, exclude_hostlist, place, slurm_topology
+
+    assert isinstance(index, InventoryIndex)
+    fabric = Fabric.from_inventory(index, args.gpus_per_node)
+    avoid = avoid_from(index)
+    if args.slurm:
+        print(slurm_topology(fabric, avoid), file=out)
+        return 0
+    try:
+        request = Request(args.place, args.klass)
+    except PlacementError as exc:
+        print(f"lockstep topology: {exc}", file=err)
+        return 2
+    result = place(fabric, request, avoid)
+    print(f"placement of {request.gpus} GPUs ({request.klass}) on {len(fabric.leaf_of)} nodes under "
+          f"{len(fabric.leaves)} leaves: the least spread it allows is {result.min_leaves} "
+          f"lea{'ves' if result.min_leaves != 1 else 'f'}; {result.free_gpus} GPUs free and healthy", file=out)
+    if not result.candidates:
+        print(f"  no candidate: {result.reason}", file=out)
+        return 1
+    for i, c in enumerate(result.candidates, start=1):
+        print(f"  {i}. {safe_text(c.reason)}; leaves {safe_text(', '.join(c.leaves))}", file=out)
+        print(f"     nodes {safe_text(c.to_json()['hostlist'])}", file=out)
+    if avoid.nodes:
+        print(f"  avoided: sbatch --exclude={safe_text(exclude_hostlist(avoid))}", file=out)
+    return 0
 
 
 def _report(index: object, expected: set[str], rejected: int, out: TextIO) -> None:

@@ -135,10 +135,11 @@ def test_store_folds_lifecycles_pairs_episodes_and_counts_bad_records() -> None:
     assert store.applied["anomalies"] == 6 and store.rejected["anomalies"] == 0
     for kind, bad in [("timelines", {"job_id": "j1"}), ("alerts", {"status": "firing"}), ("timelines", [1]),
                       ("anomalies", {"type": "anomaly", "phase": "start", "job_id": "j"}),
-                      ("silences", {"silence_id": "s"}), ("annotations", {"job_id": "j"})]:
+                      ("silences", {"silence_id": "s"}), ("annotations", {"job_id": "j"}),
+                      ("capacity", {"type": "incident_cost", "alert_id": "a1"})]:
         assert not store.apply(kind, bad)
     assert store.rejected == {"timelines": 2, "alerts": 1, "stats": 0, "anomalies": 1, "annotations": 1,
-                              "silences": 1}
+                              "silences": 1, "capacity": 1}
     assert store.event_time == T0 + 599
 
 

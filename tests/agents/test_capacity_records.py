@@ -1,0 +1,41 @@
+"""The correlate agent writes one ``capacity`` record beside each costed alert (Faust's agent test
+context, no broker): keyed by the alert id, costed and attributed as streams.ledger says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from streams.ledger import LedgerEntry
+from tests.agents.test_agents_context import T0, make
+
+
+def test_a_slowdown_alert_goes_out_with_its_capacity_record(_loop: Any) -> None:
+    app, _, sent = make()
+    base = {"type": "anomaly", "job_id": "j1", "confirmed_ts": T0 + 11, "labels": {"port": "7"}, "direction": "up",
+            "value": 50.0, "p50": 0.0, "p99": 0.0, "score": 0.99, "relation": "port", "origin": "o"}
+    cause = dict(base, phase="start", ts=T0 + 10, layer="switch", source="leaf01", metric="SymbolErrorCounter",
+                 meaning="link_errors", role="cause")
+    symptom = dict(base, phase="start", ts=T0 + 15, confirmed_ts=T0 + 16, layer="step", source="n1",
+                   metric="step_time_seconds", meaning="step_time", role="symptom", value=2.0, p50=1.0,
+                   labels={"job_id": "j1", "rank": "0"})
+
+    async def go() -> None:
+        async with app.agents["correlate"].test_context() as agent:
+            for rec in (cause, symptom, {"type": "watermark", "origins": {"o": T0 + 60}}):
+                await agent.put(orjson.dumps(rec), key=b"j1", partition=0)
+
+    _loop.run_until_complete(go())
+    alerts = [r for t, _, r, _ in sent if t == "lockstep.alerts"]
+    costs = [(k, r) for t, k, r, _ in sent if t == "lockstep.capacity"]
+    assert len(alerts) == 1 and len(costs) == 1
+    key, rec = costs[0]
+    assert key == alerts[0]["alert_id"].encode()
+    entry = LedgerEntry.from_record(rec)
+    # 16 GPUs (2 nodes x 8), step time 1.0 -> 2.0 s from T0 + 15, still firing
+    assert (entry.gpus, entry.fraction_lost, entry.onset, entry.end) == (16, 0.5, T0 + 15, None)
+    assert entry.gpu_seconds(now=T0 + 25) == 16 * 0.5 * 10
+    assert [(e.kind, e.id) for e in entry.entities] == [("port", "leaf01:7"), ("leaf", "leaf01")]
+    order = [t for t, *_ in sent if t in ("lockstep.alerts", "lockstep.capacity")]
+    assert order == ["lockstep.alerts", "lockstep.capacity"]  # the alert first, then what it cost
