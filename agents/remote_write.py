@@ -16,6 +16,11 @@ application/x-protobuf`` and ``X-Prometheus-Remote-Write-Version: 0.1.0``. Answe
 - ``503`` with ``Retry-After`` when Kafka did not take the records (retryable: Prometheus retries
   5xx and 429 with back-off).
 
+Scrape noise: a sender ships every series it scraped; those whose names the catalogue does not know
+are not converted but counted (``lockstep_carrier_skipped_total{format="prometheus-remote-write"}``,
+reason :data:`streams.formats.remote_write.SKIP_UNKNOWN`), so they never become series in a worker's
+state; ``LOCKSTEP_REMOTE_WRITE_KEEP_UNKNOWN=true`` keeps them (meaning ``unknown``).
+
 Where the samples go: converted here by the ``prometheus-remote-write`` adapter (the same
 :func:`streams.formats.convert` the carrier agents run) and produced to ``telemetry.<layer>``,
 grouped and keyed exactly as the carrier path keys them (:func:`agents.carriers.route_samples`:
@@ -37,7 +42,7 @@ from models.deadletter import dead_letter_record
 from models.errors import error_class
 from models.samples import MAX_MESSAGE_BYTES
 from streams.formats import Converted, convert
-from streams.formats.remote_write import snappy_length
+from streams.formats.remote_write import HEADER_KEEP_UNKNOWN, snappy_length
 
 FORMAT = "prometheus-remote-write"
 #: Largest compressed body taken (Prometheus sends at most a few hundred KiB per request).
@@ -77,9 +82,14 @@ def check_headers(headers: Any) -> HeaderProblem | None:
     return None
 
 
-def convert_request(body: bytes, ingest_ts: float) -> Converted:
-    """The samples and rejections of one request body (pure; ``ingest_ts`` is stamped on every sample)."""
-    return convert(FORMAT, body, ingest_ts=ingest_ts)
+def convert_request(body: bytes, ingest_ts: float, *, keep_unknown: bool = False) -> Converted:
+    """The samples and rejections of one request body (pure; ``ingest_ts`` is stamped on every sample).
+
+    Series whose names the catalogue does not know are skipped and counted (scrape noise:
+    :func:`streams.formats.remote_write.known_to_lockstep`) unless ``keep_unknown``
+    (``LOCKSTEP_REMOTE_WRITE_KEEP_UNKNOWN``)."""
+    headers = {HEADER_KEEP_UNKNOWN: "true"} if keep_unknown else None
+    return convert(FORMAT, body, ingest_ts=ingest_ts, headers=headers)
 
 
 def inflates_too_large(body: bytes) -> bool:

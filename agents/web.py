@@ -762,7 +762,8 @@ class WebServer:
         if rw.inflates_too_large(body):
             raise error(413, f"the body inflates to more than {rw.MAX_INFLATED_BYTES // 1024 // 1024} MiB")
         now = self.clock()
-        out = await asyncio.to_thread(rw.convert_request, body, now)  # off the loop the agents share
+        out = await asyncio.to_thread(rw.convert_request, body, now,  # off the loop the agents share
+                                  keep_unknown=self.settings.remote_write_keep_unknown)
         if rw.is_malformed(out):
             raise error(400, out.rejections[0].reason)
         records: list[tuple[str, str | None, bytes]] = [
