@@ -114,8 +114,12 @@ def messages(out: Converted) -> list[tuple[str, str, list[dict[str, Any]]]]:
     return route_samples(out.samples)
 
 
-def dead_letters(out: Converted, body: bytes, now: float) -> list[dict[str, Any]]:
-    """``dlq`` records for a request's rejections (bounded like a carrier message's; the body is the original)."""
+def dead_letters(out: Converted, body: bytes, now: float, *, fmt: str = FORMAT,
+                 topic: str = DLQ_TOPIC_NAME) -> list[dict[str, Any]]:
+    """``dlq`` records for a request's rejections (bounded like a carrier message's; the body is the original).
+
+    ``fmt`` / ``topic``: the format and the ``http:...`` topic name of another HTTP input using the same
+    rules (agents/alert_input.py)."""
     recs: list[dict[str, Any]] = []
     rejections = out.rejections
     limit = MAX_DEAD_LETTERS_PER_MESSAGE
@@ -123,34 +127,34 @@ def dead_letters(out: Converted, body: bytes, now: float) -> list[dict[str, Any]
     for i, rej in enumerate(shown):
         f = rej.dead_letter_fields()
         recs.append(dead_letter_record(stage=f["stage"], error=error_class(f["error"]), reason=f["reason"],
-                                       original=body, topic=DLQ_TOPIC_NAME, partition=None, offset=None,
+                                       original=body, topic=topic, partition=None, offset=None,
                                        ts=now, record=f["record"], include_original=i == 0))
     if len(rejections) > limit:
         rest = rejections[limit - 1:]
         recs.append(dead_letter_record(stage="convert", error=error_class(rest[0].error),
-                                       reason=f"{FORMAT}: {len(rest)} more records rejected, the first of them: "
-                                              f"{rest[0].reason}", original=body, topic=DLQ_TOPIC_NAME,
+                                       reason=f"{fmt}: {len(rest)} more records rejected, the first of them: "
+                                              f"{rest[0].reason}", original=body, topic=topic,
                                        partition=None, offset=None, ts=now, record=rest[0].record,
                                        include_original=False))
     return recs
 
 
-def count(out: Converted, dead: list[dict[str, Any]], metrics: WorkerMetrics) -> None:
-    """The carrier counters (``lockstep_carrier_*{format="prometheus-remote-write"}``) and the dead-letter
-    counter, as the convert agents count a carrier message."""
+def count(out: Converted, dead: list[dict[str, Any]], metrics: WorkerMetrics, *, fmt: str = FORMAT) -> None:
+    """The carrier counters (``lockstep_carrier_*{format="prometheus-remote-write"}``, or ``fmt``) and the
+    dead-letter counter, as the convert agents count a carrier message."""
     cm = carrier_metrics(metrics)
-    cm.messages.labels(FORMAT).inc()
+    cm.messages.labels(fmt).inc()
     layers: dict[str, int] = {}
     for s in out.samples:
         layers[s["layer"]] = layers.get(s["layer"], 0) + 1
     for layer, n in layers.items():
-        cm.samples.labels(FORMAT, layer).inc(n)
+        cm.samples.labels(fmt, layer).inc(n)
     for rej in out.rejections:
-        cm.rejections.labels(FORMAT, rej.error).inc()
+        cm.rejections.labels(fmt, rej.error).inc()
     if out.unknown_metrics:
-        cm.unknown.labels(FORMAT).inc(out.unknown_metrics)
+        cm.unknown.labels(fmt).inc(out.unknown_metrics)
     for reason, n in out.skipped.items():
-        cm.skipped.labels(FORMAT, reason).inc(n)
+        cm.skipped.labels(fmt, reason).inc(n)
     for rec in dead:
         metrics.dead_letters.labels(rec["stage"], rec["error"]).inc()
 
