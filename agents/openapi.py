@@ -294,6 +294,21 @@ def _document() -> dict[str, Any]:
                                    **_errors(400, 401, 403, 415, 503),
                                    "413": _json_response("The body is over 2 MiB, or inflates to over 4 MiB",
                                                          "Error")}}},
+        "/api/v1/alertmanager": {
+            "post": {"operationId": "alertmanagerWebhook",
+                     "summary": "Alertmanager webhook (version 4): each alert an event on its node's jobs' timelines "
+                                "(needs the token)",
+                     "description": "Body: Alertmanager's webhook message, application/json (agents/alert_input.py, "
+                                    "streams/formats/alertmanager_webhook.py).",
+                     "tags": ["write"], "security": BEARER,
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+                     "responses": {"200": {"description": "Taken: events written, unusable alerts dead-lettered",
+                                           "content": {"application/json": {"schema": {
+                                               "type": "object", "required": ["events", "rejected"],
+                                               "properties": {"events": {"type": "integer"},
+                                                              "rejected": {"type": "integer"}}}}}},
+                                   **_errors(400, 401, 403, 415, 503),
+                                   "413": _json_response("The body is over 4 MiB", "Error")}}},
     }
     return {
         "openapi": "3.1.0",

@@ -16,6 +16,11 @@ application/x-protobuf`` and ``X-Prometheus-Remote-Write-Version: 0.1.0``. Answe
 - ``503`` with ``Retry-After`` when Kafka did not take the records (retryable: Prometheus retries
   5xx and 429 with back-off).
 
+Scrape noise: a sender ships every series it scraped; those whose names the catalogue does not know
+are not converted but counted (``lockstep_carrier_skipped_total{format="prometheus-remote-write"}``,
+reason :data:`streams.formats.remote_write.SKIP_UNKNOWN`), so they never become series in a worker's
+state; ``LOCKSTEP_REMOTE_WRITE_KEEP_UNKNOWN=true`` keeps them (meaning ``unknown``).
+
 Where the samples go: converted here by the ``prometheus-remote-write`` adapter (the same
 :func:`streams.formats.convert` the carrier agents run) and produced to ``telemetry.<layer>``,
 grouped and keyed exactly as the carrier path keys them (:func:`agents.carriers.route_samples`:
@@ -37,7 +42,7 @@ from models.deadletter import dead_letter_record
 from models.errors import error_class
 from models.samples import MAX_MESSAGE_BYTES
 from streams.formats import Converted, convert
-from streams.formats.remote_write import snappy_length
+from streams.formats.remote_write import HEADER_KEEP_UNKNOWN, snappy_length
 
 FORMAT = "prometheus-remote-write"
 #: Largest compressed body taken (Prometheus sends at most a few hundred KiB per request).
@@ -77,9 +82,14 @@ def check_headers(headers: Any) -> HeaderProblem | None:
     return None
 
 
-def convert_request(body: bytes, ingest_ts: float) -> Converted:
-    """The samples and rejections of one request body (pure; ``ingest_ts`` is stamped on every sample)."""
-    return convert(FORMAT, body, ingest_ts=ingest_ts)
+def convert_request(body: bytes, ingest_ts: float, *, keep_unknown: bool = False) -> Converted:
+    """The samples and rejections of one request body (pure; ``ingest_ts`` is stamped on every sample).
+
+    Series whose names the catalogue does not know are skipped and counted (scrape noise:
+    :func:`streams.formats.remote_write.known_to_lockstep`) unless ``keep_unknown``
+    (``LOCKSTEP_REMOTE_WRITE_KEEP_UNKNOWN``)."""
+    headers = {HEADER_KEEP_UNKNOWN: "true"} if keep_unknown else None
+    return convert(FORMAT, body, ingest_ts=ingest_ts, headers=headers)
 
 
 def inflates_too_large(body: bytes) -> bool:
@@ -104,8 +114,12 @@ def messages(out: Converted) -> list[tuple[str, str, list[dict[str, Any]]]]:
     return route_samples(out.samples)
 
 
-def dead_letters(out: Converted, body: bytes, now: float) -> list[dict[str, Any]]:
-    """``dlq`` records for a request's rejections (bounded like a carrier message's; the body is the original)."""
+def dead_letters(out: Converted, body: bytes, now: float, *, fmt: str = FORMAT,
+                 topic: str = DLQ_TOPIC_NAME) -> list[dict[str, Any]]:
+    """``dlq`` records for a request's rejections (bounded like a carrier message's; the body is the original).
+
+    ``fmt`` / ``topic``: the format and the ``http:...`` topic name of another HTTP input using the same
+    rules (agents/alert_input.py)."""
     recs: list[dict[str, Any]] = []
     rejections = out.rejections
     limit = MAX_DEAD_LETTERS_PER_MESSAGE
@@ -113,34 +127,34 @@ def dead_letters(out: Converted, body: bytes, now: float) -> list[dict[str, Any]
     for i, rej in enumerate(shown):
         f = rej.dead_letter_fields()
         recs.append(dead_letter_record(stage=f["stage"], error=error_class(f["error"]), reason=f["reason"],
-                                       original=body, topic=DLQ_TOPIC_NAME, partition=None, offset=None,
+                                       original=body, topic=topic, partition=None, offset=None,
                                        ts=now, record=f["record"], include_original=i == 0))
     if len(rejections) > limit:
         rest = rejections[limit - 1:]
         recs.append(dead_letter_record(stage="convert", error=error_class(rest[0].error),
-                                       reason=f"{FORMAT}: {len(rest)} more records rejected, the first of them: "
-                                              f"{rest[0].reason}", original=body, topic=DLQ_TOPIC_NAME,
+                                       reason=f"{fmt}: {len(rest)} more records rejected, the first of them: "
+                                              f"{rest[0].reason}", original=body, topic=topic,
                                        partition=None, offset=None, ts=now, record=rest[0].record,
                                        include_original=False))
     return recs
 
 
-def count(out: Converted, dead: list[dict[str, Any]], metrics: WorkerMetrics) -> None:
-    """The carrier counters (``lockstep_carrier_*{format="prometheus-remote-write"}``) and the dead-letter
-    counter, as the convert agents count a carrier message."""
+def count(out: Converted, dead: list[dict[str, Any]], metrics: WorkerMetrics, *, fmt: str = FORMAT) -> None:
+    """The carrier counters (``lockstep_carrier_*{format="prometheus-remote-write"}``, or ``fmt``) and the
+    dead-letter counter, as the convert agents count a carrier message."""
     cm = carrier_metrics(metrics)
-    cm.messages.labels(FORMAT).inc()
+    cm.messages.labels(fmt).inc()
     layers: dict[str, int] = {}
     for s in out.samples:
         layers[s["layer"]] = layers.get(s["layer"], 0) + 1
     for layer, n in layers.items():
-        cm.samples.labels(FORMAT, layer).inc(n)
+        cm.samples.labels(fmt, layer).inc(n)
     for rej in out.rejections:
-        cm.rejections.labels(FORMAT, rej.error).inc()
+        cm.rejections.labels(fmt, rej.error).inc()
     if out.unknown_metrics:
-        cm.unknown.labels(FORMAT).inc(out.unknown_metrics)
+        cm.unknown.labels(fmt).inc(out.unknown_metrics)
     for reason, n in out.skipped.items():
-        cm.skipped.labels(FORMAT, reason).inc(n)
+        cm.skipped.labels(fmt, reason).inc(n)
     for rec in dead:
         metrics.dead_letters.labels(rec["stage"], rec["error"]).inc()
 

@@ -74,6 +74,7 @@ QUERY = {
     "/silences/{silence_id}": set(),
     "/api/v1/write": set(),
     "/capacity": {"by", "window", "limit"},
+    "/api/v1/alertmanager": set(),
 }
 #: Routes whose answers are computed in the thread pool, at most ``web_max_heavy_requests`` at once
 #: (their cost grows with the cluster, the window or the store); everything else is answered on the
@@ -266,6 +267,7 @@ class WebServer:
         r.add_get("/silences/{silence_id}", self.silence)
         r.add_delete("/silences/{silence_id}", self.silence_expire)
         r.add_post("/api/v1/write", self.remote_write)
+        r.add_post("/api/v1/alertmanager", self.alertmanager_webhook)
         r.add_get("/static/{name}", self.static)
         return app
 
@@ -780,7 +782,8 @@ class WebServer:
         if rw.inflates_too_large(body):
             raise error(413, f"the body inflates to more than {rw.MAX_INFLATED_BYTES // 1024 // 1024} MiB")
         now = self.clock()
-        out = await asyncio.to_thread(rw.convert_request, body, now)  # off the loop the agents share
+        out = await asyncio.to_thread(rw.convert_request, body, now,  # off the loop the agents share
+                                  keep_unknown=self.settings.remote_write_keep_unknown)
         if rw.is_malformed(out):
             raise error(400, out.rejections[0].reason)
         records: list[tuple[str, str | None, bytes]] = [
@@ -790,6 +793,36 @@ class WebServer:
         await self._produce_all(records)
         rw.count(out, dead, self.worker.metrics)
         return web.Response(status=204)
+
+    async def alertmanager_webhook(self, request: web.Request) -> web.Response:
+        """Alertmanager's webhook (version "4"): each alert an event sample (agents/alert_input.py)."""
+        from agents import alert_input as am
+        from agents.deadletters import fit_dead_letter
+
+        self._require_writer(request)
+        if request.content_type != "application/json":
+            raise error(415, f"send the webhook as application/json, not {request.content_type[:60]!r}")
+        if request.content_length is not None and request.content_length > am.MAX_BODY_BYTES:
+            raise error(413, f"the body is larger than {am.MAX_BODY_BYTES // 1024 // 1024} MiB")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_chunked(64 * 1024):  # past client_max_size, bounded here
+            size += len(chunk)
+            if size > am.MAX_BODY_BYTES:
+                raise error(413, f"the body is larger than {am.MAX_BODY_BYTES // 1024 // 1024} MiB")
+            chunks.append(chunk)
+        body = b"".join(chunks)
+        now = self.clock()
+        out = await asyncio.to_thread(am.convert_request, body, now)
+        if am.is_malformed(out):
+            raise error(400, out.rejections[0].reason)
+        records: list[tuple[str, str | None, bytes]] = [
+            (self.catalogue.telemetry(layer), key, orjson.dumps(batch)) for layer, key, batch in am.messages(out)]
+        dead = am.dead_letters(out, body, now)
+        records += [(self.catalogue.dlq, None, orjson.dumps(fit_dead_letter(rec))) for rec in dead]
+        await self._produce_all(records)
+        am.count(out, dead, self.worker.metrics)
+        return _json(am.summary(out))
 
     async def silence_expire(self, request: web.Request) -> web.Response:
         self._require_writer(request)

@@ -205,6 +205,9 @@ class LockstepSettings(BaseSettings):
                     "lists) admitted at once: computed one at a time between the agents' steps, the others "
                     "waiting their turn; one more is answered 429 with Retry-After")
     web_retry_after_s: int = Field(default=1, ge=1, le=600, description="Retry-After of a 429 (seconds)")
+    remote_write_keep_unknown: bool = Field(
+        default=False, description="POST /api/v1/write keeps series whose names the metric catalogue does not "
+                                   "know (meaning unknown); by default they are scrape noise: skipped and counted")
 
     # --- Delivery (issue 6; docs/delivery.md) ------------------------------------------------
     delivery_routes_file: Path | None = Field(

@@ -451,6 +451,18 @@ for _p in ("", "infiniband_"):
     _table(Meaning.RETRANSMITS, _CTX_COUNTER, ("req_cqe_flush_error", "resp_cqe_flush_error"), prefixes=(_p,),
            fabric=_ROCE)
 
+# --- Alertmanager webhook alerts as events (streams/formats/alertmanager_webhook.py: the kind is
+# read from alertname). Each is an event like DCGM's last-XID field: 1 while firing, 0 once resolved.
+_AM = "Alertmanager"
+_table(Meaning.GPU_FAULT, _EVENT, ("alertmanager_gpu_xid", "alertmanager_gpu_fault"), fabric=_AM)
+_table(Meaning.TEMPERATURE, _EVENT, ("alertmanager_gpu_temperature",), fabric=_AM)
+# A link down (IB, RoCE, a NIC) and a node down (unreachable: its link to everything is gone).
+_table(Meaning.LINK_DOWN, _EVENT, ("alertmanager_link_down", "alertmanager_node_down"), fabric=_AM)
+_table(Meaning.LINK_ERRORS, _EVENT, ("alertmanager_link_errors",), fabric=_AM)
+# A full or read-only filesystem stalls the writes of the jobs on it (checkpoints, logs); any other
+# alert is named as an event too, of meaning latency (as an unclassified NCCL WARN).
+_table(Meaning.LATENCY, _EVENT, ("alertmanager_filesystem", "alertmanager_alert"), fabric=_AM)
+
 UNKNOWN = MetricInfo(Meaning.UNKNOWN, False, Mode.LEVEL, Direction.BOTH)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from models.samples import MAX_MESSAGE_BYTES
 from streams.formats import (
+    alertmanager_webhook,
     crux,
     ethtool,
     ibnetdiscover,
@@ -86,6 +87,9 @@ _ADAPTERS: tuple[Adapter, ...] = (
     Adapter("nccl-warn", logs.convert_nccl_warn, "samples", True,
             "NCCL `WARN` lines of job logs (NCCL_DEBUG=WARN/INFO) -> nccl_warn_net/_cuda events on the NCCL layer",
             "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-debug"),
+    Adapter("alertmanager-webhook", alertmanager_webhook.convert, "samples", False,
+            "Alertmanager webhook (version \"4\") messages: each alert an event sample on its node, switch or pool",
+            "https://prometheus.io/docs/alerting/latest/configuration/#webhook_config"),
     Adapter("perfquery", perfquery.convert, "samples", False,
             "infiniband-diags perfquery text (standard and -x extended counters)",
             "https://github.com/linux-rdma/rdma-core/blob/master/infiniband-diags/perfquery.c"),

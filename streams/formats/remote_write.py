@@ -19,7 +19,17 @@ Each sample becomes one native sample through the same profiles as a Prometheus 
 source comes from the profile's labels (``Hostname`` for dcgm-exporter), then ``host`` /
 ``instance`` (Prometheus adds ``instance`` to every scraped series). The kind comes from the
 request's ``metadata`` (counter), else the ``_total`` naming convention. Prometheus's staleness
-markers (a NaN) are skipped and counted, like every non-finite value. A body that is not snappy or
+markers (a NaN) are skipped and counted, like every non-finite value.
+
+**Scrape noise is dropped here, and counted.** A remote-write sender ships *everything* it scraped:
+of a node_exporter target, mostly ``go_*``, ``process_*``, ``promhttp_*``, ``node_scrape_*``,
+``up``, ``scrape_*`` and the hundreds of node families Lockstep has no meaning for. A series whose
+``__name__`` the catalogue (:data:`streams.catalogue.CATALOGUE`, docs/vocabulary.md) does not know,
+and that no derived gauge reads (:func:`known_to_lockstep`), would only become a series of meaning
+``unknown`` in every worker's state, never evidence; so it is not converted: its samples are counted
+in ``skipped`` (:data:`SKIP_UNKNOWN`; ``lockstep_carrier_skipped_total`` on the worker). The header
+``keep-unknown: true`` (the worker sets it with ``LOCKSTEP_REMOTE_WRITE_KEEP_UNKNOWN``) keeps them,
+as the scrape formats keep their noise with ``keep-noise: true``. A body that is not snappy or
 not a ``WriteRequest`` is one whole-message rejection (``DecodeFailed``): the HTTP receiver answers
 400 for it, so the sender does not retry what can never succeed.
 """
@@ -30,12 +40,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.samples import MAX_MESSAGE_BYTES
+from streams.catalogue import CATALOGUE
 from streams.formats.base import Context, ts_in_unit
+from streams.formats.derive import RATIO_RULES, SHARE_RULES
 from streams.formats.metrics import MetricEmitter, kind_from_name
 
 #: ``MetricMetadata.MetricType`` values that are cumulative counters.
 _COUNTER_TYPES = frozenset({1})  # COUNTER
 SKIP_NO_SAMPLES = "remote-write series with no samples"
+SKIP_UNKNOWN = "remote-write samples of names the catalogue does not know (scrape noise; keep-unknown keeps them)"
+HEADER_KEEP_UNKNOWN = "keep-unknown"
+#: Names a derived gauge reads (streams.formats.derive): kept even if the catalogue had no row for them.
+_DERIVE_INPUTS = frozenset({n for r in RATIO_RULES for n in (r.numerator, r.denominator)}
+                           | {r.metric for r in SHARE_RULES})
+
+
+def known_to_lockstep(name: str) -> bool:
+    """True when a remote-write series of ``name`` is converted by default: the catalogue knows the
+    name, or a derived gauge reads it (pure).
+
+    >>> known_to_lockstep("DCGM_FI_DEV_XID_ERRORS"), known_to_lockstep("node_cpu_seconds_total")
+    (True, True)
+    >>> known_to_lockstep("go_goroutines"), known_to_lockstep("up"), known_to_lockstep("node_load1")
+    (False, False, False)
+    """
+    return name in CATALOGUE or name in _DERIVE_INPUTS
 
 
 class WireError(ValueError):
@@ -166,6 +195,7 @@ def convert(raw: bytes, ctx: Context) -> None:
         ctx.reject(None, f"not a snappy-compressed remote-write WriteRequest: {exc}", "DecodeFailed")
         return
     emitter = MetricEmitter(ctx)
+    keep_unknown = (ctx.header(HEADER_KEEP_UNKNOWN) or "").lower() in ("true", "1", "yes")
     for i, s in enumerate(series):
         rec = f"timeseries[{i}]"
         labels = dict(s.labels)
@@ -175,6 +205,9 @@ def convert(raw: bytes, ctx: Context) -> None:
             continue
         if not s.samples:
             ctx.skip(SKIP_NO_SAMPLES)
+            continue
+        if not keep_unknown and not known_to_lockstep(name):
+            ctx.skip(SKIP_UNKNOWN, len(s.samples))
             continue
         kind = "counter" if name in counters else kind_from_name(name)
         for value, ts_ms in s.samples:

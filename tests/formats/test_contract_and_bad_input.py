@@ -67,6 +67,12 @@ CASES = [
     ("nccl-warn", "nccl_warn/nccl_tests_socket.log", {}),
     ("otlp-proto", "otlp_proto/metrics.pb", {"source": "gpu001"}),
     ("prometheus-remote-write", "prometheus_remote_write/dcgm_write_request.snappy", {}),
+    ("prometheus-remote-write", "prometheus_remote_write/node_exporter_write_request.snappy", {}),
+    ("alertmanager-webhook", "alertmanager_webhook/ib_link_down_firing.json", {}),
+    ("alertmanager-webhook", "alertmanager_webhook/dcgm_xid_firing.json", {}),
+    ("alertmanager-webhook", "alertmanager_webhook/filesystem_firing.json", {}),
+    ("alertmanager-webhook", "alertmanager_webhook/instance_down_firing.json", {}),
+    ("alertmanager-webhook", "alertmanager_webhook/ib_link_down_resolved.json", {}),
 ]
 #: Subdirectories hold one format's captures with a README of their provenance.
 FIXTURE_FILES = {str(p.relative_to(Path(__file__).resolve().parent.parent / "fixtures" / "formats"))
@@ -133,7 +139,7 @@ def test_every_adapter_rejects_garbage_with_a_precise_reason(fmt, garbage):
 
 LINE_CASES = [c for c in CASES if c[0] not in ("otlp-json", "slurm-squeue", "slurm-sacct", "telegraf", "lldpctl",
                                                "slurm-nodes", "otlp-proto", "prometheus-remote-write",
-                                               "nvidia-smi-xml", *LOG_FORMATS)
+                                               "nvidia-smi-xml", "alertmanager-webhook", *LOG_FORMATS)
               or c[1] == "telegraf_single.json"]
 # a garbage line inside a pretty-printed object costs that object (tests/formats/test_tools_logs_and_wire_formats.py)
 LINE_CASES = [c for c in LINE_CASES if c[1] != "nccl_inspector_pretty/v4_3_pretty.json"]

@@ -21,7 +21,8 @@ def test_the_document_is_valid_openapi_3_1() -> None:
     validate(doc)
     assert doc["openapi"] == "3.1.0" and doc["servers"] == [{"url": "https://lockstep.example.com"}]
     writes = [(p, m) for p, ops in doc["paths"].items() for m, op in ops.items() if op.get("security")]
-    assert sorted(writes) == [("/annotations", "post"), ("/api/v1/write", "post"), ("/silences", "post"),
+    assert sorted(writes) == [("/annotations", "post"), ("/api/v1/alertmanager", "post"), ("/api/v1/write", "post"),
+                              ("/silences", "post"),
                               ("/silences/{silence_id}", "delete")]
 
 
