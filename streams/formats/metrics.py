@@ -43,8 +43,10 @@ class MetricEmitter:
             ctx.skip(SKIP_DCGM_BLANK)
             return False
         if profile.pool_from_target:
+            # The default source of a carrier is its record key (the OSS that was scraped), not the pool.
             target = labels.get("target")
-            source = self.source_fallback or (fsname(target) if target else None) or resolve_source(labels, profile)
+            source = (self.ctx.header(HEADER_SOURCE) or (fsname(target) if target else None)
+                      or resolve_source(labels, profile) or self.ctx.default_source)
         else:
             source = resolve_source(labels, profile) or self.source_fallback
         if not source:

@@ -36,3 +36,12 @@ def test_per_job_bytes_are_storage_throughput_rates_that_contention_reads() -> N
     for name in ("lustre_job_write_bytes_total", "lustre_job_read_bytes_total"):
         entry = lookup(name)
         assert entry is not None and entry.meaning.value == "throughput", name
+
+
+def test_the_carriers_record_key_does_not_become_the_pool() -> None:
+    # On the carrier path the record key (the scraped OSS) is the default source; the target still names the pool.
+    raw = b'lustre_job_write_bytes_total{component="ost",target="fs-OST0000",jobid="4242"} 7\n'
+    assert one(run("prometheus", raw, default_source="oss01"), "lustre_job_write_bytes_total")["source"] == "fs"
+    # Without a target (a family of the whole server), the key is still the source.
+    assert one(run("prometheus", b"lustre_mem_used 960353731\n", default_source="oss01"),
+               "lustre_mem_used")["source"] == "oss01"
