@@ -36,8 +36,10 @@ def test_storage_via_network_through_the_broker(seed: int, settings: LockstepSet
     assert alerts[0]["root_cause"]["reason"].startswith("storage via network: stor-leaf01 port 1")
 
 
-def test_lustre_exporter_contention_through_the_broker(settings: LockstepSettings, tmp_path: Path) -> None:
-    alerts = replay_storage("checkpoint-contention-lustre-exporter", settings, tmp_path)
+@pytest.mark.parametrize("seed", [7, 11])
+def test_lustre_exporter_contention_through_the_broker(seed: int, settings: LockstepSettings,
+                                                       tmp_path: Path) -> None:
+    alerts = replay_storage("checkpoint-contention-lustre-exporter", settings, tmp_path, seed)
     assert [(a["type"], a["status"]) for a in alerts] == [("checkpoint_contention", "firing"),
                                                         ("checkpoint_contention", "resolved")]
     assert alerts[-1]["details"]["jobs"] == ["train-a", "train-b"]

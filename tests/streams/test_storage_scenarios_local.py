@@ -35,9 +35,11 @@ def test_a_storage_leaf_port_erring_with_the_pools_latency_is_storage_via_networ
     assert {"job_id": "train-b", "gpus": 32, "relation": "same_pool_path"} in alerts[0]["other_jobs"]
 
 
-@pytest.mark.parametrize("name", ["checkpoint-contention-lustre-exporter", "checkpoint-contention-jobstats"])
-def test_two_jobs_checkpointing_in_real_lustre_counters_are_one_contention(name: str) -> None:
-    alerts = run(name)
+@pytest.mark.parametrize(("name", "seed"), [("checkpoint-contention-lustre-exporter", 7),
+                                          ("checkpoint-contention-lustre-exporter", 11),
+                                          ("checkpoint-contention-jobstats", 7)])
+def test_two_jobs_checkpointing_in_real_lustre_counters_are_one_contention(name: str, seed: int) -> None:
+    alerts = run(name, seed)
     assert [(a["type"], a["status"]) for a in alerts] == [("checkpoint_contention", "firing"),
                                                         ("checkpoint_contention", "resolved")]
     final = alerts[-1]
