@@ -89,8 +89,14 @@ def find_contention(episodes: Sequence[EpisodeLike], horizon: float) -> list[Con
 
 
 def overlap_end(c: Contention, now: float) -> float:
-    """When the contention ended (the earlier of the last two bursts' ends and the latency's end)."""
-    ends = sorted((b.end_ts if b.end_ts is not None else math.inf) for b in c.bursts)
+    """When the contention ended: when fewer than two jobs still write (the second-latest job's end; a job
+    whose counters come per target, striped over several OSTs, ends with its last series), or when the
+    latency ended, whichever is earlier."""
+    job_end: dict[str, float] = {}
+    for b in c.bursts:
+        job = b.start["labels"]["job_id"]
+        job_end[job] = max(job_end.get(job, -math.inf), b.end_ts if b.end_ts is not None else math.inf)
+    ends = sorted(job_end.values())
     end = ends[-2] if len(ends) >= 2 else ends[-1]
     if c.latency.end_ts is not None:
         end = min(end, c.latency.end_ts)

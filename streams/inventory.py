@@ -86,7 +86,8 @@ class NodeStatus:
 
 @dataclass(frozen=True, slots=True)
 class Affected:
-    """A job an entity can affect, and how (``node``, ``port``, ``switch``, ``spine``, ``pool``, ``job``)."""
+    """A job an entity can affect, and how (``node``, ``port``, ``switch``, ``spine``, ``pool``, ``job``, or
+    ``pool_path``: a switch the job's storage pool's servers hang off)."""
 
     job_id: str
     relation: str
@@ -263,23 +264,71 @@ class InventoryIndex:
                 return [Affected(job_id, "node")]
             return [Affected(j, "node") for j in self.jobs_on_node(source, t)]
         if layer == "switch":
-            port = labels.get("port")
-            if port is not None and (source, port) in self.by_switch_port:
-                nodes = self.nodes_behind_port(source, port)
-                return self._jobs_of_nodes(nodes, t, "port")
-            nodes = self.nodes_behind_switch(source)
-            if self.tiers.get(source, "leaf") == "leaf" and source in self.by_switch:
-                return self._jobs_of_nodes(nodes, t, "switch")
-            # A spine carries traffic only for jobs that span more than one leaf below it.
-            out = []
-            for affected in self._jobs_of_nodes(nodes, t, "spine"):
-                info = self.job(affected.job_id, t)
-                if info and len(self.leaves_of(info.nodes)) > 1:
-                    out.append(affected)
-            return out
+            return self._with_pool_paths(self._fabric_jobs(source, labels.get("port"), t), source,
+                                         labels.get("port"), t)
         if layer == "storage":
             return [Affected(j.job_id, "pool") for j in self.active_jobs(t) if source in j.storage]
         return []
+
+    def _fabric_jobs(self, switch: str, port: str | None, t: float | None) -> list[Affected]:
+        """The jobs whose training traffic crosses ``switch`` (or its ``port``)."""
+        if port is not None and (switch, port) in self.by_switch_port:
+            return self._jobs_of_nodes(self.nodes_behind_port(switch, port), t, "port")
+        nodes = self.nodes_behind_switch(switch)
+        if self.tiers.get(switch, "leaf") == "leaf" and switch in self.by_switch:
+            return self._jobs_of_nodes(nodes, t, "switch")
+        # A spine carries traffic only for jobs that span more than one leaf below it.
+        out = []
+        for affected in self._jobs_of_nodes(nodes, t, "spine"):
+            info = self.job(affected.job_id, t)
+            if info and len(self.leaves_of(info.nodes)) > 1:
+                out.append(affected)
+        return out
+
+    def storage_paths(self, switch: str, port: str | None, t: float | None) -> list[str]:
+        """The pools whose servers hang off ``switch`` (and ``port``, when given), sorted.
+
+        A leaf in a pool's ``switches`` is where the pool's servers hang off: its ports carry the pool's
+        traffic, except a port cabled to a node that runs a job at ``t`` (a compute node's downlink is
+        that node's, mapped to its jobs). Spines and cores in the list are not narrowed to a pool: they
+        carry every job's traffic, and keep the spine rule.
+
+        >>> from models.inventory import JobEvent, LinkEvent, PoolEvent, SwitchEvent
+        >>> inv = InventoryIndex()
+        >>> inv.apply(PoolEvent(ts=1764502930, pool="lustre-a", switches=["stor-leaf01", "spine01"]))
+        >>> inv.apply(SwitchEvent(ts=1764502930, switch="stor-leaf01", tier="leaf", uplinks=["spine01"]))
+        >>> inv.apply(LinkEvent(ts=1764502930, node="oss01", device="mlx5_0", port="1", switch="stor-leaf01",
+        ...                     switch_port="1"))
+        >>> inv.apply(JobEvent(ts=1764502930, job_id="a", state="RUNNING", nodes=["gpu1"], gpus_per_node=8,
+        ...                    storage=["lustre-a"]))
+        >>> inv.storage_paths("stor-leaf01", "1", None), inv.storage_paths("spine01", None, None)
+        (['lustre-a'], [])
+        >>> [(x.job_id, x.relation) for x in inv.affected_jobs("switch", "stor-leaf01", {"port": "1"}, None)]
+        [('a', 'pool_path')]
+        """
+        if self.tiers.get(switch, "leaf") != "leaf":
+            return []
+        pools = sorted(p for p, switches in self.pool_switches.items() if switch in switches)
+        behind = self.nodes_behind_port(switch, port) if pools and port is not None else []
+        if any(self.jobs_on_node(node, t) for node in behind):
+            return []
+        return pools
+
+    def _with_pool_paths(self, fabric: list[Affected], switch: str, port: str | None,
+                         t: float | None) -> list[Affected]:
+        """``fabric`` plus every job using a pool whose servers hang off ``switch`` (relation ``pool_path``)."""
+        pools = self.storage_paths(switch, port, t)
+        if not pools:
+            return fabric
+        seen = {a.job_id for a in fabric}
+        extra = sorted({info.job_id for info in self._jobs_of_any_time(t) if set(info.storage) & set(pools)} - seen)
+        return [*fabric, *(Affected(j, "pool_path") for j in extra)]
+
+    def _jobs_of_any_time(self, t: float | None) -> list[JobInfo]:
+        """The jobs active at ``t``; with ``t=None`` every record still in the index."""
+        if t is not None:
+            return self.active_jobs(t)
+        return [info for history in self.jobs.values() for info in history]
 
     def _jobs_of_nodes(self, nodes: list[str], t: float | None, relation: str) -> list[Affected]:
         jobs: set[str] = set()
@@ -301,7 +350,8 @@ class InventoryIndex:
         """Other jobs exposed to the same entity: ``(job_id, gpus, relation)``.
 
         A switch port's neighbours are the other jobs behind the same port, then behind the same
-        switch; a pool's are the other jobs using the pool.
+        switch, then (a switch a pool's servers hang off) the jobs using that pool; a pool's are the
+        other jobs using the pool.
         """
         seen: dict[str, str] = {}
         if layer == "switch":
@@ -311,6 +361,10 @@ class InventoryIndex:
                     seen.setdefault(a.job_id, "same_port")
             for a in self._jobs_of_nodes(self.nodes_behind_switch(source), t, "same_switch"):
                 seen.setdefault(a.job_id, "same_switch")
+            pools = set(self.storage_paths(source, port, t))
+            for info in self.active_jobs(t) if pools else ():
+                if pools & set(info.storage):
+                    seen.setdefault(info.job_id, "same_pool_path")
         elif layer == "nic":
             link = self.links.get((source, labels.get("device", ""), labels.get("port", "1")))
             if link is not None:

@@ -37,8 +37,12 @@ _STAT_ITEM = re.compile(r"([A-Za-z_]+):\s*([^,{}]+?)\s*(?:,|$)")
 _EMITTED = ("samples", "sum")
 
 
-def _fsname(target: str) -> str:
-    """``lustre-OST0000`` -> ``lustre`` (the file system)."""
+def fsname(target: str) -> str:
+    """``lustre-OST0000`` -> ``lustre`` (the file system); a name that is not a target stays as it is.
+
+    >>> fsname("lustre-OST0000"), fsname("fs-MDT0000"), fsname("MGS")
+    ('lustre', 'fs', 'MGS')
+    """
     head, sep, tail = target.rpartition("-")
     return head if sep and (tail.startswith(("OST", "MDT"))) else target
 
@@ -124,7 +128,7 @@ def _emit(job: dict[str, object], layer: str, ctx: Context) -> None:
         if ts is None:
             ctx.reject(record, f"job {job_id}: no snapshot_time and no collection time given")
             return
-    source = ctx.source() or (_fsname(target) if isinstance(target, str) else None)
+    source = ctx.source() or (fsname(target) if isinstance(target, str) else None)
     if source is None:
         ctx.reject(record, f"job {job_id}: no target line (obdfilter.<target>.job_stats=), no source header"
                            " and no default source")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from streams.formats.base import HEADER_LAYER, HEADER_SOURCE, Context
+from streams.formats.lustre import fsname
 from streams.formats.profiles import Profile, add_aliases, is_dcgm_blank, profile_for, resolve_source
 
 SKIP_NON_FINITE = "non-finite value (NaN or Inf)"
@@ -41,7 +42,13 @@ class MetricEmitter:
         if profile.dcgm_blanks and is_dcgm_blank(value):
             ctx.skip(SKIP_DCGM_BLANK)
             return False
-        source = resolve_source(labels, profile) or self.source_fallback
+        if profile.pool_from_target:
+            # The default source of a carrier is its record key (the OSS that was scraped), not the pool.
+            target = labels.get("target")
+            source = (self.ctx.header(HEADER_SOURCE) or (fsname(target) if target else None)
+                      or resolve_source(labels, profile) or self.ctx.default_source)
+        else:
+            source = resolve_source(labels, profile) or self.source_fallback
         if not source:
             tried = ", ".join((*profile.source_labels, "host", "instance"))
             ctx.reject(record, f"{name}: no source: no source label ({tried}), no source header and no default source")

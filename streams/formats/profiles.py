@@ -31,6 +31,10 @@ class Profile:
     aliases: tuple[tuple[str, str], ...] = ()
     #: DCGM reports "no value" as large sentinels; these samples are skipped, not sent.
     dcgm_blanks: bool = False
+    #: The source is a storage pool, not a host: the ``source`` header (the pool name the inventory
+    #: uses), else the file system of the ``target`` label (``lustre`` of ``lustre-OST0000``), and only
+    #: then the generic labels (``instance`` of a Lustre scrape is the OSS, which runs no job).
+    pool_from_target: bool = False
 
 
 DCGM = Profile("dcgm-exporter", "gpu", ("Hostname", "hostname"), (("hpc_job", "job_id"),), dcgm_blanks=True)
@@ -42,7 +46,7 @@ UFM = Profile("ufm", "switch", ("device_name", "hostname", "node_description", "
 TELEGRAF_IB = Profile("telegraf-infiniband", "nic")
 TELEGRAF_NIC = Profile("telegraf-ethtool", "nic")
 TELEGRAF_GPU = Profile("telegraf-nvidia-smi", "gpu")
-LUSTRE = Profile("lustre", "storage", aliases=(("jobid", "job_id"),))
+LUSTRE = Profile("lustre", "storage", aliases=(("jobid", "job_id"),), pool_from_target=True)
 OTEL_GPU = Profile("otel-gpu", "gpu", ("host.name", "k8s.node.name"))
 OTEL_HOST = Profile("otel-host", "host", ("host.name", "k8s.node.name"))
 STEP = Profile("training-step", "step")

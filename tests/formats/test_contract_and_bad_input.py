@@ -42,6 +42,7 @@ CASES = [
     ("nccl-tests", "nccl_tests_old.txt", {"source": "gpu009"}),
     ("lustre-jobstats", "lustre_jobstats.txt", {}),
     ("lustre-jobstats", "lustre_jobstats_next.txt", {}),
+    ("prometheus", "lustre_exporter/jobstats.prom", {}),
     ("slurm-squeue", "slurm_squeue.json", {}),
     ("slurm-squeue", "slurm_squeue_v0037.json", {}),
     ("slurm-sacct", "slurm_sacct.json", {}),

@@ -67,3 +67,46 @@ def test_neighbours_and_paths() -> None:
     assert [(p["node"], p["switch"], p["switch_port"], p["spines"]) for p in paths][:2] == [
         ("n1", "leaf1", "11", ["spine1"]), ("n2", "leaf1", "12", ["spine1"])]
     assert inv.job("a").gpus == 32  # type: ignore[union-attr]
+
+
+def storage_fabric() -> InventoryIndex:
+    """build() plus pool ``lustre`` whose servers oss1/oss2 hang off the storage leaf ``stor1``."""
+    inv = build()
+    events = [
+        {"kind": "pool", "ts": T, "pool": "lustre", "switches": ["stor1", "spine1"]},
+        {"kind": "switch", "ts": T, "switch": "stor1", "tier": "leaf", "uplinks": ["spine1"]},
+        {"kind": "link", "ts": T, "node": "oss1", "device": "mlx5_0", "port": "1", "switch": "stor1",
+         "switch_port": "1"},
+        {"kind": "link", "ts": T, "node": "oss2", "device": "mlx5_0", "port": "1", "switch": "stor1",
+         "switch_port": "2"},
+    ]
+    for e in events:
+        inv.apply(inventory_adapter.validate_python(e))
+    return inv
+
+
+def test_a_storage_leaf_port_maps_to_every_job_on_the_pool() -> None:
+    inv = storage_fabric()
+    # oss1 runs no job: before, its port mapped to nobody; job a uses the pool whose servers hang off stor1.
+    assert jobs(inv.affected_jobs("switch", "stor1", {"port": "1"}, T + 10)) == [("a", "pool_path")]
+    assert jobs(inv.affected_jobs("switch", "stor1", {"port": "40"}, T + 10)) == [("a", "pool_path")]  # an uplink
+    assert jobs(inv.affected_jobs("switch", "stor1", {}, T + 10)) == [("a", "pool_path")]
+    # As of the time asked: before a started, nobody.
+    assert jobs(inv.affected_jobs("switch", "stor1", {"port": "1"}, T - 10)) == []
+    # The cached form (t=None) covers every job record still in the index.
+    assert jobs(inv.affected_jobs("switch", "stor1", {"port": "1"}, None)) == [("a", "pool_path")]
+    assert inv.neighbours("b", "switch", "stor1", {"port": "1"}, T + 10) == [("a", 32, "same_pool_path")]
+
+
+def test_a_spine_in_the_pools_switches_keeps_the_spine_rule() -> None:
+    # spine1 is listed as on lustre's path, but it carries every job's traffic: only jobs that cross it.
+    assert jobs(storage_fabric().affected_jobs("switch", "spine1", {}, T + 10)) == [("a", "spine")]
+
+
+def test_a_compute_nodes_port_on_a_pool_leaf_stays_that_nodes() -> None:
+    inv = storage_fabric()
+    inv.apply(inventory_adapter.validate_python({"kind": "pool", "ts": T, "pool": "nfs", "switches": ["leaf2"]}))
+    # leaf2 port 14 leads to n4 (job a): the node's own downlink, not the nfs pool's path.
+    assert jobs(inv.affected_jobs("switch", "leaf2", {"port": "14"}, T + 10)) == [("a", "port")]
+    # The whole leaf is also the pool's: job b (on leaf2, using nfs) is reached either way, once.
+    assert jobs(inv.affected_jobs("switch", "leaf2", {}, T + 10)) == [("a", "switch"), ("b", "switch")]

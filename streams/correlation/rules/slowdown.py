@@ -17,7 +17,7 @@ found later (a straggler confirmed after the verdict) revises a verdict that nam
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -30,6 +30,62 @@ from streams.correlation.rule import BaseRule, RuleContext
 from streams.correlation.timeline import Episode, EpisodeKey, Fired, JobTimeline, num
 
 UNKNOWN_TAIL = "; no component moved first (domain unknown)"
+
+#: A cause is a *significant* change when it lies at least this many times outside its own series'
+#: normal: its value over its median for a rise, its median over its value for a fall (docs/correlation.md).
+SIGNIFICANT_MAGNITUDE = 2.0
+
+
+def magnitude(rec: dict[str, Any]) -> float:
+    """How far outside its own normal an anomaly's first value is, as a factor (1: its normal).
+
+    The normal is the series' median (p50) when the episode started; the p99 is no measure of it (the
+    percentile window already holds the anomaly's first samples). A fabric counter (errors, drops,
+    retransmits, congestion: a rate of whole events) counts at least one event per sampling interval as
+    normal: fewer cannot be told from the counter's own quantisation, so a lone pause frame on a NIC that
+    pauses now and then is its normal, whatever its median. Any other series whose median is zero (an
+    XID field) is infinitely changed by any move.
+
+    >>> pause = {"meaning": "congestion", "direction": "up", "value": 1.0, "p50": 0.3, "interval": 1.0}
+    >>> storm = {"meaning": "congestion", "direction": "up", "value": 25000.0, "p50": 0.3, "interval": 1.0}
+    >>> magnitude(pause), magnitude(storm)
+    (1.0, 25000.0)
+    >>> magnitude({"meaning": "latency", "direction": "up", "value": 0.016, "p50": 0.002, "interval": 1.0})
+    8.0
+    >>> magnitude({"meaning": "utilisation", "direction": "down", "value": 19.0, "p50": 95.0, "interval": 1.0})
+    5.0
+    >>> magnitude({"meaning": "gpu_fault", "direction": "up", "value": 79.0, "p50": 0.0, "interval": 1.0})
+    inf
+    """
+    value = float(rec["value"])
+    p50 = rec.get("p50")
+    if p50 is None:
+        return math.inf  # no baseline yet: nothing to call it small against
+    normal = float(p50)
+    if rec.get("meaning") in evidence.NETWORK_MEANINGS:
+        interval = float(rec.get("interval") or 0.0)
+        normal = max(normal, 1.0 / interval if interval > 0 else 1.0)
+    if rec.get("direction", "up") == "down":
+        if normal <= 0.0:
+            return math.inf if value < normal else 1.0
+        return math.inf if value <= 0.0 else normal / value
+    if normal <= 0.0:
+        return math.inf if value > normal else 1.0
+    return value / normal
+
+
+def first_mover(causes: Sequence[Episode]) -> Episode | None:
+    """The earliest *significant* cause (:data:`SIGNIFICANT_MAGNITUDE`), with the timing uncertainty and
+    causal order of :func:`streams.correlation.evidence.first_mover`; when no cause is significant, the
+    earliest of them all (a small change is still a lead, and the domain table says how sure it is).
+
+    Onset alone would let one pause frame 30 s earlier on another node beat the NIC sending 25,000
+    pauses/s; magnitude alone would let a large late effect beat its cause. Significance is measured on
+    each series against its own normal, so a sparse counter ticking at its usual rate is never the
+    first mover while anything moved for real.
+    """
+    significant = [e for e in causes if magnitude(e.start) >= SIGNIFICANT_MAGNITUDE]
+    return evidence.first_mover(significant or causes)
 
 
 @dataclass
@@ -150,7 +206,7 @@ class SlowdownRule(BaseRule):
             return
         causes = [e for e in job.all_episodes() if e.role == "cause" and inc.onset - cfg.lookback_s <= e.ts
                   <= inc.onset and (e.end_ts is None or e.end_ts >= inc.onset - cfg.grace_s)]
-        first = evidence.first_mover(causes)
+        first = first_mover(causes)
         root = inc.alert.root_cause
         if first is None or (first.start["layer"], first.start["source"], first.start["labels"]) == (
                 root.layer, root.source, root.labels):
@@ -249,7 +305,7 @@ def _verdict(job: JobTimeline, onset: float, ctx: RuleContext) -> Verdict:
     # onset (a blip during warm-up, a flap a minute ago) is history, not the first mover.
     causes = [e for e in window if e.role == "cause" and e.ts <= onset
               and (e.end_ts is None or e.end_ts >= onset - cfg.grace_s)]
-    first = evidence.first_mover(causes)
+    first = first_mover(causes)
     domain, reason = domain_of(Facts(first, causes, ctx.inventory, job.job_id, onset))
     if first is not None:
         return Verdict(window, symptoms, first, first.start, domain, reason)
