@@ -99,6 +99,7 @@ class SlowdownRule(BaseRule):
             job.fired = [f for f in job.fired if f.end is None or f.end > horizon - cfg.lookback_s][-8:]
             job.fired.append(Fired(alert, onset + cfg.grace_s))
             ctx.cause_fired(job, alert, horizon)
+            self.on_lead(job.job_id, ctx)  # a lead that was known only after the verdict's due time
 
     def _fire(self, job: JobTimeline, st: SlowdownState, onset: float, ctx: RuleContext) -> Incident:
         cfg = ctx.config
@@ -250,8 +251,9 @@ def _verdict(job: JobTimeline, onset: float, ctx: RuleContext) -> Verdict:
     if first is not None:
         return Verdict(window, symptoms, first, first.start, domain, reason)
     # No component moved first; a lead (a worker that lags its peers since about the onset) is the root.
+    # A lead known only after the verdict (a watermark jump judged both at once) revises it instead.
     lead = ctx.lead_for(job.job_id, onset)
-    if lead is not None:
+    if lead is not None and lead.known_at <= horizon:
         return Verdict(window, symptoms, None, lead.record, lead.domain, lead.reason)
     return Verdict(window, symptoms, None, None, domain, reason)
 
