@@ -43,6 +43,9 @@ from streams.matchers import Matcher, MatcherTexts, alert_labels, equality_match
 DEFAULT_INHIBIT_RULES: tuple[dict[str, Any], ...] = (
     {"source_matchers": ['alertname="job_slowdown"', 'domain=~"network|storage|compute|dataloader"'],
      "target_matchers": ['alertname="gpu_utilisation"'], "equal": ["job_id"]},
+    # A stalled job's GPUs idle because it does nothing: job_stalled says so, not a utilisation page.
+    {"source_matchers": ['alertname="job_stalled"'], "target_matchers": ['alertname="gpu_utilisation"'],
+     "equal": ["job_id"]},
 )
 
 

@@ -10,6 +10,7 @@ Timeline used below (seconds after T, one job ``j`` on nodes n1..n4 behind leaf1
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -62,11 +63,20 @@ def feed(corr: Correlator, records: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def test_no_verdict_before_the_watermark_passes_onset_plus_grace() -> None:
-    corr = Correlator(CFG, inv())
+    # (the verdict also waits the job-end margin, when it is the longer: see the next test)
+    corr = Correlator(dataclasses.replace(CFG, job_end_margin_s=CFG.grace_s), inv())
     # watermark = min(origins) - lateness = T+24 - 2 = T+22 < O + grace = T+23
     assert feed(corr, [SWITCH, NCCL, STEP, wm(o1=24, o2=24)]) == []
     alerts = feed(corr, [wm(o1=25, o2=25)])
     assert len(alerts) == 1
+
+
+def test_the_verdict_also_waits_the_job_end_margin_so_a_job_end_is_known() -> None:
+    corr = Correlator(dataclasses.replace(CFG, job_end_margin_s=8.0), inv())
+    # O = T+18: O + grace = T+23 has passed, O + margin = T+26 has not
+    assert feed(corr, [SWITCH, NCCL, STEP, wm(o1=27, o2=27)]) == []
+    [alert] = feed(corr, [wm(o1=28, o2=28)])
+    assert alert["detected_at"][11:19] == alert["started_at"][11:17] + "23"  # still due at O + grace
 
 
 def test_the_slowest_input_holds_the_watermark_back() -> None:
