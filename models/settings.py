@@ -151,7 +151,8 @@ class LockstepSettings(BaseSettings):
     )
     job_stall_s: float = Field(
         default=15.0, gt=0, description="A RUNNING job that sent no step times for this long (or for "
-        "job_stall_steps of its usual intervals between step times, if longer) is a job_stalled alert"
+        "job_stall_steps of its usual intervals between step times, if longer) is a job_stalled alert; at most "
+        "grace_s + symptom_hold_s, the stall is known before its GPUs' gpu_utilisation alert, which it inhibits"
     )
     job_stall_steps: float = Field(
         default=5.0, ge=0, description="A job_stalled alert needs at least this many of the job's usual "

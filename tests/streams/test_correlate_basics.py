@@ -22,7 +22,9 @@ from streams.correlate import Correlator, CorrelatorConfig
 from streams.inventory import InventoryIndex
 
 T = 1764502800.0
-CFG = CorrelatorConfig(allowed_lateness_s=2.0, grace_s=5.0, lookback_s=60.0, resolve_after_s=10.0)
+#: The job-end margin no longer than the grace, so a verdict is due at onset + grace (the margin's wait: below).
+CFG = CorrelatorConfig(allowed_lateness_s=2.0, grace_s=5.0, lookback_s=60.0, resolve_after_s=10.0,
+                       job_end_margin_s=5.0)
 
 
 def inv() -> InventoryIndex:
@@ -63,8 +65,7 @@ def feed(corr: Correlator, records: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def test_no_verdict_before_the_watermark_passes_onset_plus_grace() -> None:
-    # (the verdict also waits the job-end margin, when it is the longer: see the next test)
-    corr = Correlator(dataclasses.replace(CFG, job_end_margin_s=CFG.grace_s), inv())
+    corr = Correlator(CFG, inv())
     # watermark = min(origins) - lateness = T+24 - 2 = T+22 < O + grace = T+23
     assert feed(corr, [SWITCH, NCCL, STEP, wm(o1=24, o2=24)]) == []
     alerts = feed(corr, [wm(o1=25, o2=25)])

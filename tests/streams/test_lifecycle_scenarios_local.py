@@ -34,3 +34,22 @@ def test_the_straggler_revises_the_slowdown_when_everything_is_judged_at_the_end
     assert revised["root_cause"]["labels"] == {"rank": "40"}
     assert revised["alert_id"] == first["alert_id"] and revised["detected_at"] == first["detected_at"]
     assert "(revised: the straggler was confirmed after the verdict)" in revised["root_cause"]["reason"]
+
+
+def test_a_busy_cluster_with_job_churn_raises_nothing() -> None:
+    """Six jobs end as real ones do (a slow final save, ranks exiting before COMPLETING, COMPLETING held),
+    train-a checkpoints every 2 minutes: before the job lifecycle was in the evidence, every ending job with
+    a final save gave a job_slowdown that never resolved (5 of them)."""
+    result = LocalRunner().run_messages(Simulator(SCENARIOS["busy-churn"]).run())
+    assert result.alerts == []
+    assert result.samples > 250_000
+
+
+def test_a_stalled_job_is_one_job_stalled_alert_and_no_utilisation_page() -> None:
+    alerts = LocalRunner().run_messages(Simulator(SCENARIOS["job-stalled"]).run()).alerts
+    assert [(a["type"], a["status"], a["job_id"]) for a in alerts] == [("job_stalled", "firing", "train-b"),
+                                                                      ("job_stalled", "resolved", "train-b")]
+    fired, done = alerts
+    assert (fired["started_at"][11:19], fired["detected_at"][11:19]) == ("11:41:44", "11:41:59")
+    assert (done["resolved_at"][11:19], done["details"]["end_reason"]) == ("11:45:45", "resumed")
+    assert fired["root_cause"]["meaning"] == "no_data" and fired["gpus"] == 32
