@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from lockstep.local import LocalRunner
 from lockstep.simulate import SCENARIOS, Simulator
 
@@ -45,8 +47,9 @@ def test_a_busy_cluster_with_job_churn_raises_nothing() -> None:
     assert result.samples > 250_000
 
 
-def test_a_stalled_job_is_one_job_stalled_alert_and_no_utilisation_page() -> None:
-    alerts = LocalRunner().run_messages(Simulator(SCENARIOS["job-stalled"]).run()).alerts
+@pytest.mark.parametrize("seed", [7, 11])
+def test_a_stalled_job_is_one_job_stalled_alert_and_no_utilisation_page(seed: int) -> None:
+    alerts = LocalRunner().run_messages(Simulator(SCENARIOS["job-stalled"], seed=seed).run()).alerts
     assert [(a["type"], a["status"], a["job_id"]) for a in alerts] == [("job_stalled", "firing", "train-b"),
                                                                       ("job_stalled", "resolved", "train-b")]
     fired, done = alerts
