@@ -63,6 +63,7 @@ def correlator_config(settings: LockstepSettings) -> CorrelatorConfig:
         critical_ratio=settings.critical_ratio, idle_s=settings.watermark_idle_s, public_url=settings.public_url,
         orphan_hold_s=settings.watermark_orphan_hold_s,
         symptom_hold_s=settings.symptom_hold_s, job_end_margin_s=settings.job_end_margin_s,
+        job_stall_s=settings.job_stall_s, job_stall_steps=settings.job_stall_steps,
     )
 
 

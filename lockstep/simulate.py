@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,32 @@ class JobSpec:
     start_offset: float = 0.0
     end_offset: float | None = None
     name: str | None = None
+    #: How a job ends, as a real one does: its last ``final_save_s`` steps run ``final_save_factor``
+    #: slower (the final checkpoint), then its ranks exit ``wind_down_s`` before the scheduler says
+    #: so (step and collective samples stop, GPUs idle), and the scheduler holds the nodes in
+    #: ``COMPLETING`` for ``completing_s`` before ``COMPLETED`` (0: ``COMPLETED`` at ``end_offset``).
+    wind_down_s: float = 0.0
+    completing_s: float = 0.0
+    final_save_s: float = 0.0
+    final_save_factor: float = 1.0
+    #: A healthy periodic checkpoint: every ``checkpoint_every_s`` the job writes ``checkpoint_factor``
+    #: x its usual rate to its first pool for ``checkpoint_s`` (0: no checkpoints).
+    checkpoint_every_s: float = 0.0
+    checkpoint_s: float = 10.0
+    checkpoint_factor: float = 20.0
+
+    def phase(self, rel: float) -> str:
+        """``pending``, ``training``, ``exited`` (ranks gone, the scheduler not told yet), ``completing``
+        (the scheduler's COMPLETING) or ``ended``, at ``rel`` seconds since the scenario start."""
+        if rel < self.start_offset:
+            return "pending"
+        if self.end_offset is None:
+            return "training"
+        if rel >= self.end_offset + self.completing_s:
+            return "ended"
+        if rel >= self.end_offset:
+            return "completing"
+        return "exited" if rel >= self.end_offset - self.wind_down_s else "training"
 
 
 @dataclass(frozen=True)
@@ -79,7 +105,8 @@ class Fault:
     the nodes of ``job``, or on ``node``; ``gpu`` narrows ``gpu_util`` to one GPU), ``storage``
     (``pool``: read/write latency ``factor``), ``xid`` (``node``, ``gpu``: XID code ``rate``),
     ``write_burst`` (``job`` writes ``factor`` x its usual rate to ``pool``: a checkpoint),
-    ``clock`` (``node``'s clock is ``offset`` seconds off for the whole scenario).
+    ``clock`` (``node``'s clock is ``offset`` seconds off for the whole scenario), ``stall`` (``job``
+    hangs while RUNNING: its ranks send no step or collective samples and its GPUs idle).
     """
 
     target: str
@@ -148,6 +175,26 @@ LAB_CHURN = ClusterSpec(nodes=16, roce_from=13, jobs=(
     JobSpec("train-b", "gpu[009-012]", ("lustre-a",), 0.8, start_offset=60.0, end_offset=150.0),
     JobSpec("roce-c", "gpu[013-016]", ("nfs-home",), 0.5, end_offset=100.0),
     JobSpec("eval-d", "gpu[013-016]", ("nfs-home",), 0.7, start_offset=120.0),
+))
+#: A busy lab cluster with churn: train-a runs throughout and checkpoints every 120 s; short jobs follow each
+#: other on gpu009-012 and gpu013-016, each ending as real jobs do (a slow final save, ranks exiting
+#: before the scheduler's COMPLETING, COMPLETING held a few seconds, or COMPLETED at once).
+def _ending(spec: JobSpec) -> JobSpec:
+    """``spec`` ending as a real job does: a 3 s final save at x2.5 step time, ranks gone 4 s before the end."""
+    return replace(spec, wind_down_s=4.0, final_save_s=3.0, final_save_factor=2.5)
+
+
+LAB_BUSY = ClusterSpec(nodes=16, roce_from=13, jobs=(
+    JobSpec("train-a", "gpu[001-008]", ("lustre-a",), 1.0, checkpoint_every_s=120.0),
+    _ending(JobSpec("ft-1", "gpu[009-012]", ("lustre-a",), 0.8, end_offset=130.0, completing_s=8.0)),
+    _ending(JobSpec("ft-2", "gpu[009-012]", ("lustre-a",), 0.7, start_offset=150.0, end_offset=280.0)),
+    JobSpec("ft-3", "gpu[009-012]", ("lustre-a",), 0.9, start_offset=300.0, completing_s=5.0,
+            checkpoint_every_s=90.0),
+    _ending(JobSpec("ev-1", "gpu[013-016]", ("nfs-home",), 0.5, end_offset=100.0, completing_s=6.0)),
+    _ending(JobSpec("ev-2", "gpu[013-016]", ("nfs-home",), 0.6, start_offset=115.0, end_offset=215.0)),
+    _ending(JobSpec("ev-3", "gpu[013-016]", ("nfs-home",), 0.5, start_offset=230.0, end_offset=340.0,
+                    completing_s=10.0)),
+    JobSpec("ev-4", "gpu[013-016]", ("nfs-home",), 0.4, start_offset=355.0),
 ))
 F = 45.0  # the lab scenarios' fault time (45 s of warm-up)
 F_END = F + 40.0
@@ -231,6 +278,21 @@ SCENARIOS: dict[str, Scenario] = {
         expect="a straggler alert for train-a naming gpu006 (rank 40), resolved after the fault",
     ),
     "healthy": Scenario("healthy", "a healthy cluster; no alert", duration=160.0, expect="no alert"),
+    "busy-churn": Scenario(
+        "busy-churn",
+        "a busy healthy lab cluster for 7 minutes: train-a checkpoints every 2 minutes, six short jobs start and "
+        "end on gpu009-016 (each a slow final save, ranks exiting 4 s before the scheduler's COMPLETING or "
+        "COMPLETED, COMPLETING held up to 10 s)",
+        duration=420.0, cluster=LAB_BUSY, expect="no alert",
+    ),
+    "job-stalled": Scenario(
+        "job-stalled",
+        "train-b hangs 45 s in while RUNNING (a deadlocked collective: no step times, its GPUs idle) for "
+        "4 minutes, then resumes; train-a and roce-c stay healthy",
+        duration=F + 240.0 + 60.0, cluster=LAB,
+        faults=(Fault("stall", F, F + 240.0, job="train-b"),),
+        expect="one job_stalled for train-b (no_data, since 11:41:4x), resolved when its steps resume",
+    ),
     "healthy-churn": Scenario(
         "healthy-churn",
         "a healthy lab cluster where jobs start and end (train-b from 60 s to 150 s, roce-c ends at 100 s, "
@@ -262,10 +324,11 @@ class Simulator:
         self.nodes = c.node_names()
         self.node_index = {n: i for i, n in enumerate(self.nodes)}
         self.job_nodes = {j.job_id: expand_nodes(j.nodes) for j in c.jobs}
-        self.node_job: dict[str, JobSpec] = {}
-        for spec in c.jobs:
+        #: node -> the jobs that use it over the scenario, in start order (churn reuses nodes)
+        self.node_jobs: dict[str, list[JobSpec]] = {}
+        for spec in sorted(c.jobs, key=lambda j: j.start_offset):
             for name in self.job_nodes[spec.job_id]:
-                self.node_job[name] = spec
+                self.node_jobs.setdefault(name, []).append(spec)
         self.leaves = sorted({c.leaf_of(i)[0] for i in range(1, c.nodes + 1)})
         self.spines = [f"spine{i:02d}" for i in range(1, c.spines + 1)]
         n = len(self.nodes)
@@ -312,15 +375,25 @@ class Simulator:
             "gpus_per_node": self.cluster.gpus_per_node, "storage": list(job.storage), "name": job.name}, ts)
 
     def _running(self, job: JobSpec, rel: float) -> bool:
-        return job.start_offset <= rel and (job.end_offset is None or rel < job.end_offset)
+        """The job holds its nodes (training, exited or completing: its GPUs still carry its label)."""
+        return job.phase(rel) in ("training", "exited", "completing")
+
+    def _training(self, job: JobSpec, rel: float) -> bool:
+        """The job's ranks compute (and report steps): training, and not stalled."""
+        return job.phase(rel) == "training" and not any(f.job == job.job_id for f in self._faults(rel, "stall"))
 
     # -- telemetry ----------------------------------------------------------------------------
     def _faults(self, rel: float, target: str) -> list[Fault]:
         return [f for f in self.scenario.faults if f.target == target and f.active(rel)]
 
+    def _job_on(self, node: str, rel: float) -> JobSpec | None:
+        """The job holding ``node`` at ``rel`` (the first one to, when none does)."""
+        specs = self.node_jobs.get(node, [])
+        return next((j for j in specs if self._running(j, rel)), specs[0] if specs else None)
+
     def _job_factor(self, rel: float, target: str, node: str, gpu: int | None = None) -> float:
         factor = 1.0
-        job = self.node_job.get(node)
+        job = self._job_on(node, rel)
         for f in self._faults(rel, target):
             if f.gpu is not None and gpu is not None and f.gpu != gpu:
                 continue
@@ -343,17 +416,22 @@ class Simulator:
             if spec.start_offset > 0 and abs(rel - spec.start_offset) < 0.5:
                 out.append(self._job_event(spec, t, "RUNNING"))
             if spec.end_offset is not None and abs(rel - spec.end_offset) < 0.5:
+                out.append(self._job_event(spec, t, "COMPLETING" if spec.completing_s > 0 else "COMPLETED"))
+            if spec.end_offset is not None and spec.completing_s > 0 and \
+                    abs(rel - spec.end_offset - spec.completing_s) < 0.5:
                 out.append(self._job_event(spec, t, "COMPLETED"))
         g = c.gpus_per_node
         for i, node in enumerate(self.nodes):
-            job = self.node_job.get(node)
+            job = self._job_on(node, rel)
             busy = job is not None and self._running(job, rel)
+            training = job is not None and self._training(job, rel)
             skew = self._clock(node, rel)
             ts = round(t + skew, 3)
             ingest = round(t + 0.05, 3)
             # GPU
             util_f = np.array([self._job_factor(rel, "gpu_util", node, k) for k in range(g)]) if busy else np.ones(g)
-            util = np.clip((95.0 if busy else 0.0) * util_f + (rng.normal(0, 1.2, g) if busy else np.zeros(g)), 0, 100)
+            util = np.clip((95.0 if training else 0.0) * util_f + (rng.normal(0, 1.2, g) if training else np.zeros(g)),
+                           0, 100)
             self.gpu_temp[i] += rng.normal(0, 0.1, g) + ((66 if busy else 38) - self.gpu_temp[i]) * 0.05
             for f in self._faults(rel, "xid"):
                 if f.node == node and f.gpu is not None and rel - f.start < 1.0:
@@ -400,7 +478,7 @@ class Simulator:
             cpu = (35.0 if busy else 3.0) * self._job_factor(rel, "cpu", node) + rng.normal(0, 2)
             out.append(Message("host", node, [_s(ts, "host", node, "cpu_utilization",
                                                   round(float(np.clip(cpu, 0, 100)), 2), {}, ingest)], t))
-            if not busy or job is None:
+            if not training or job is None:
                 continue
             # NCCL
             base_us = 12000.0 * job.step_time
@@ -412,6 +490,8 @@ class Simulator:
             # In synchronous data-parallel training every rank waits for the slowest: a job-wide
             # ``step`` fault models that; ``loader`` raises one node's (or the job's) data wait.
             step = job.step_time * self._job_factor(rel, "step", node) * rng.normal(1, 0.015)
+            if job.end_offset is not None and rel >= job.end_offset - job.wind_down_s - job.final_save_s:
+                step *= job.final_save_factor
             loader = 0.01 * job.step_time * self._job_factor(rel, "loader", node) * abs(rng.normal(1, 0.1))
             out.append(Message("step", job.job_id, [
                 _s(ts, "step", node, "step_time_seconds", round(float(step), 4), {"job_id": job.job_id, "rank": rank},
@@ -447,6 +527,10 @@ class Simulator:
                     continue
                 burst = [f for f in self._faults(rel, "write_burst") if f.pool == pool and f.job == spec.job_id]
                 factor = 1.0 + sum(f.factor for f in burst)
+                if spec.checkpoint_every_s > 0 and pool == spec.storage[0] and self._training(spec, rel):
+                    into = (rel - spec.start_offset) % spec.checkpoint_every_s
+                    if rel - spec.start_offset >= spec.checkpoint_every_s and into < spec.checkpoint_s:
+                        factor += spec.checkpoint_factor
                 bursting += 1 if burst else 0
                 key = (pool, spec.job_id)
                 self.job_write_ctr[key] = self.job_write_ctr.get(key, 0.0) + max(rng.normal(5e7 * factor, 1e6), 0)

@@ -87,7 +87,8 @@ class OtherJob(BaseModel):
     relation: str = "same_switch"
 
 
-AlertType = Literal["job_slowdown", "clock_skew", "checkpoint_contention", "gpu_utilisation", "straggler"]
+AlertType = Literal["job_slowdown", "clock_skew", "checkpoint_contention", "gpu_utilisation", "straggler",
+                    "job_stalled"]
 
 
 class Alert(BaseModel):

@@ -145,8 +145,18 @@ class LockstepSettings(BaseSettings):
         "twice this makes the worker not ready and logs one line until the broker answers again"
     )
     job_end_margin_s: float = Field(
-        default=10.0, ge=0, description="GPUs that fall idle this close to a job's end, or once it is no longer "
-        "RUNNING, are the job ending: no gpu_utilisation alert (which waits this long after it is due)"
+        default=10.0, ge=0, description="Evidence this close to a job's start or to the scheduler's end of its "
+        "RUNNING span is the job starting or ending: no gpu_utilisation, job_slowdown or job_stalled alert "
+        "(they wait this long after they are due, to know)"
+    )
+    job_stall_s: float = Field(
+        default=15.0, gt=0, description="A RUNNING job that sent no step times for this long (or for "
+        "job_stall_steps of its usual intervals between step times, if longer) is a job_stalled alert; at most "
+        "grace_s + symptom_hold_s, the stall is known before its GPUs' gpu_utilisation alert, which it inhibits"
+    )
+    job_stall_steps: float = Field(
+        default=5.0, ge=0, description="A job_stalled alert needs at least this many of the job's usual "
+        "intervals between step times without one (so a job with slow steps is not a stall)"
     )
     correlation_stall_s: float = Field(
         default=60.0, gt=0, description="/readyz fails when ingest has processed samples for this long (wall time) "

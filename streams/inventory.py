@@ -33,6 +33,9 @@ class JobInfo:
     state: str = "RUNNING"
     name: str | None = None
     gpus_unknown: bool = False
+    #: When the scheduler first said the job no longer runs (COMPLETING, SUSPENDED, or its end); None while
+    #: it runs. The job's RUNNING span is ``[start, running_until)``.
+    running_until: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -151,6 +154,8 @@ class InventoryIndex:
                 current.gpus_per_node = event.gpus_per_node or 0
                 current.gpus_unknown = event.gpus_per_node is None
                 current.storage = list(event.storage)
+                if current.state == "RUNNING" and event.state.value != "RUNNING" and current.running_until is None:
+                    current.running_until = event.ts  # it left RUNNING (COMPLETING, SUSPENDED)
                 current.state = event.state.value
                 current.start = min(current.start, event.ts)
             else:
@@ -162,6 +167,7 @@ class InventoryIndex:
         elif current is not None and current.end is None:
             current.end = event.ts
             current.state = event.state.value
+            current.running_until = event.ts if current.running_until is None else current.running_until
         self._evict(event.ts)
 
     def _evict(self, now: float) -> None:

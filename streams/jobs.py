@@ -7,12 +7,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from streams.correlate import Correlator, CorrelatorConfig, CorrelatorOutput
 from streams.inventory import InventoryIndex
-from streams.lanes import JobSignals, SignalsConfig
+from streams.lanes import JobSignals, SignalsConfig, StepProgress
 from streams.rules import Rules
 from streams.snapshot import pack, unpack
 
@@ -77,6 +78,10 @@ class JobPartition:
         timelines, stats = self.signals.advance(wm)
         self._timelines += timelines
         self._stats += stats
+        # Step progress for rules/job_stalled.py; at the end of input the data ends with the last second emitted.
+        at = wm if math.isfinite(wm) else self.signals.emitted_until + 1.0
+        if math.isfinite(at):
+            self.correlator.on_events("steps", [StepProgress.of(at, timelines)], out)
         if self.signals.peer_events:
             events, self.signals.peer_events = self.signals.peer_events, []
             self.correlator.on_peer_events(events, out)

@@ -109,6 +109,24 @@ class PeerEvent:
     transition: StragglerTransition
 
 
+@dataclass(frozen=True, slots=True)
+class StepProgress:
+    """What one watermark step completed of the jobs' step times: per job, the seconds (in order) that had
+    step-time values; ``at``: the event time now complete (the end of the data at the end of input)."""
+
+    at: float
+    seconds: dict[str, list[float]]
+
+    @classmethod
+    def of(cls, at: float, timelines: list[dict[str, Any]]) -> StepProgress:
+        """From the lane records :meth:`JobSignals.advance` returned."""
+        seconds: dict[str, list[float]] = {}
+        for rec in timelines:
+            if "step_time" in rec["lanes"]:
+                seconds.setdefault(rec["job_id"], []).append(float(rec["ts"]))
+        return cls(at, {job: sorted(secs) for job, secs in seconds.items()})
+
+
 class JobSignals:
     """Per-job lanes and stats for one correlation partition."""
 

@@ -43,6 +43,9 @@ from streams.matchers import Matcher, MatcherTexts, alert_labels, equality_match
 DEFAULT_INHIBIT_RULES: tuple[dict[str, Any], ...] = (
     {"source_matchers": ['alertname="job_slowdown"', 'domain=~"network|storage|compute|dataloader"'],
      "target_matchers": ['alertname="gpu_utilisation"'], "equal": ["job_id"]},
+    # A stalled job's GPUs idle because it does nothing: job_stalled says so, not a utilisation page.
+    {"source_matchers": ['alertname="job_stalled"'], "target_matchers": ['alertname="gpu_utilisation"'],
+     "equal": ["job_id"]},
 )
 
 
@@ -172,13 +175,13 @@ class _RulesModel(BaseModel):
 def load_rules(text: str, source: str = "rules") -> Rules:
     """Parse and validate a rules file; raise :class:`ConfigError` naming the file, path and problem.
 
-    Without ``inhibit_rules`` the defaults apply (infrastructure causes of a job's slowdown mute its
-    GPU-utilisation symptom alerts); ``inhibit_rules: []`` turns inhibition off.
+    Without ``inhibit_rules`` the defaults apply (infrastructure causes of a job's slowdown, and a stalled
+    job, mute its GPU-utilisation symptom alerts); ``inhibit_rules: []`` turns inhibition off.
 
     >>> r = load_rules("silences: [{id: s1, matchers: ['job_id=\\"j\\"'], starts_at: 2025-11-30T11:00:00Z, "
     ...                "ends_at: 2025-11-30T12:00:00Z, created_by: me}]")
     >>> r.silenced_by({"type": "job_slowdown", "job_id": "j"}, 1764502930.0), len(r.inhibit)
-    (['s1'], 1)
+    (['s1'], 2)
     """
     try:
         doc = yaml.safe_load(text) if text.strip() else {}

@@ -26,4 +26,9 @@ class CorrelatorConfig:
     gpu_fraction: float = 0.25
     #: GPUs that fall idle this close to the job's end (or once it is no longer RUNNING) are the job
     #: ending, not a slowdown: a gpu_utilisation alert waits this long after it is due to know.
+    #: Likewise a slowdown (onset within it of the job's start or end) and a stall.
     job_end_margin_s: float = 10.0
+    #: A RUNNING job with no step time for this long, and for job_stall_steps of its usual intervals
+    #: between step times, is stalled.
+    job_stall_s: float = 15.0
+    job_stall_steps: float = 5.0

@@ -97,8 +97,13 @@ class Correlator:
 
     def on_peer_events(self, events: list[PeerEvent], out: CorrelatorOutput) -> None:
         """Straggler transitions (:class:`streams.lanes.PeerEvent`) to the rules that take ``peer`` events."""
+        self.on_events("peer", events, out)
+
+    def on_events(self, kind: str, events: Sequence[Any], out: CorrelatorOutput) -> None:
+        """Inputs of ``kind`` that the owner made (not records of the topic: straggler transitions, step
+        progress) to the rules that take them."""
         for ev in events:
-            self._observe("peer", ev, out)
+            self._observe(kind, ev, out)
 
     def tick(self, now_wall: float) -> CorrelatorOutput:
         """Re-evaluate the watermark (idle inputs drop out as wall time passes)."""

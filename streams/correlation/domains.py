@@ -2,7 +2,7 @@
 
 The rules are a table read top to bottom; the first row whose condition holds gives the domain and
 the reason (docs/correlation.md shows each row with its timeline). Order is meaning: "storage via
-network" is asked before "network", and "data preparation, but the fabric moved too" before
+network" is asked before "network", and "data preparation, but network or storage moved too" before
 "dataloader".
 """
 
@@ -74,6 +74,14 @@ class Facts:
             return on_path
         return sorted(shared) if shared and self.fabric else []
 
+    @cached_property
+    def moved_too(self) -> list[str]:
+        """Every fabric entity and pool that moved besides the first mover, as the reason names them
+        (``switch leaf1 port 12``, ``nic n3 device=mlx5_0``, ``pool lustre``), fabric first."""
+        fabric = [f"{c.start['layer']} {c.start['source']} {labels_text(c.start['labels'])}".strip()
+                  for c in self.fabric if c is not self.first]
+        return [*dict.fromkeys(sorted(fabric)), *(f"pool {p}" for p in self.slow_pools)]
+
     @property
     def fabric_first(self) -> bool:
         return self.layer in ("switch", "nic") and self.meaning in NETWORK_MEANINGS
@@ -111,7 +119,7 @@ DOMAIN_RULES: tuple[DomainRule, ...] = (
                Domain.COMPUTE, lambda f: f"{f.where} {f.meaning} moved first"),
     DomainRule("data preparation, but network or storage moved too",
                lambda f: f.data_preparation_first and bool(f.fabric or f.slow_pools), Domain.UNKNOWN,
-               lambda f: (f"data preparation on {f.source} saturated first, but network or storage moved too")),
+               lambda f: (f"data preparation on {f.source} saturated first, but {', '.join(f.moved_too)} moved too")),
     DomainRule("dataloader", lambda f: f.data_preparation_first, Domain.DATALOADER,
                lambda f: f"data preparation on {f.source} saturated first"),
     DomainRule("otherwise", lambda f: True, Domain.UNKNOWN,

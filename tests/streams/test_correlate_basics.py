@@ -10,6 +10,7 @@ Timeline used below (seconds after T, one job ``j`` on nodes n1..n4 behind leaf1
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -21,7 +22,9 @@ from streams.correlate import Correlator, CorrelatorConfig
 from streams.inventory import InventoryIndex
 
 T = 1764502800.0
-CFG = CorrelatorConfig(allowed_lateness_s=2.0, grace_s=5.0, lookback_s=60.0, resolve_after_s=10.0)
+#: The job-end margin no longer than the grace, so a verdict is due at onset + grace (the margin's wait: below).
+CFG = CorrelatorConfig(allowed_lateness_s=2.0, grace_s=5.0, lookback_s=60.0, resolve_after_s=10.0,
+                       job_end_margin_s=5.0)
 
 
 def inv() -> InventoryIndex:
@@ -67,6 +70,14 @@ def test_no_verdict_before_the_watermark_passes_onset_plus_grace() -> None:
     assert feed(corr, [SWITCH, NCCL, STEP, wm(o1=24, o2=24)]) == []
     alerts = feed(corr, [wm(o1=25, o2=25)])
     assert len(alerts) == 1
+
+
+def test_the_verdict_also_waits_the_job_end_margin_so_a_job_end_is_known() -> None:
+    corr = Correlator(dataclasses.replace(CFG, job_end_margin_s=8.0), inv())
+    # O = T+18: O + grace = T+23 has passed, O + margin = T+26 has not
+    assert feed(corr, [SWITCH, NCCL, STEP, wm(o1=27, o2=27)]) == []
+    [alert] = feed(corr, [wm(o1=28, o2=28)])
+    assert alert["detected_at"][11:19] == alert["started_at"][11:17] + "23"  # still due at O + grace
 
 
 def test_the_slowest_input_holds_the_watermark_back() -> None:

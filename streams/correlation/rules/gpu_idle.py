@@ -4,8 +4,9 @@ At ``t*`` at least ``gpu_fraction`` of the job's GPUs are in a utilisation-down 
 alert is due ``grace_s + symptom_hold_s`` later (the hold gives a cause alert the time to arrive). A
 cause alert firing at the due time (another job's, or this job's over the interval it fired) that an
 inhibition rule matches inhibits it; one that fires after it supersedes it (resolved, naming the
-cause). GPUs idle while the job is not RUNNING, or within ``job_end_margin_s`` of its end, are the
-job ending: no alert::
+cause). GPUs idle outside the job's RUNNING span less ``job_end_margin_s`` at either end
+(:mod:`streams.correlation.lifecycle`), or when it stops running within that margin after the alert's
+due time, are the job starting or ending: no alert::
 
     gpu  n1 gpu0..7  DCGM_FI_DEV_GPU_UTIL ....XXXXXXXXXX    <- t*: 8 of 32 GPUs down
                                               |<-hold->|   due: t* + grace + symptom_hold
@@ -21,6 +22,7 @@ from models.alerts import Alert, AlertStatus, Domain, RootCause, Severity, Sympt
 from models.timeutil import format_ts
 from streams.correlation import evidence
 from streams.correlation.keys import alert_id_for
+from streams.correlation.lifecycle import running_end, settled
 from streams.correlation.rule import BaseRule, RuleContext
 from streams.correlation.timeline import Episode, EpisodeKey, JobTimeline, num
 from streams.inventory import JobInfo
@@ -70,10 +72,11 @@ class GpuIdleRule(BaseRule):
         if horizon < due + cfg.job_end_margin_s:
             return
         running = ctx.inventory.job(job.job_id, t_star)
-        if running is None or running.state != "RUNNING" or (
-                running.end is not None and running.end <= due + cfg.job_end_margin_s):
-            # The job was not running, or it ended (COMPLETING, COMPLETED, ...) around these idle GPUs:
-            # a job end is never a slowdown. Its drops are done with.
+        end = running_end(running) if running is not None else None
+        if running is None or running.state != "RUNNING" or not settled(running, t_star, cfg.job_end_margin_s) or (
+                end is not None and end <= due + cfg.job_end_margin_s):
+            # The job was not running (or only starting), or it stopped running (COMPLETING, COMPLETED, ...)
+            # around these idle GPUs: a job end is never a slowdown. Its drops are done with.
             st.closed_until = max(d.ts for d in drops)
             return
         members = [d for d in members if float(d.start.get("confirmed_ts", d.ts)) <= due + cfg.allowed_lateness_s]

@@ -26,6 +26,7 @@ from models.timeutil import format_ts
 from streams.correlation import evidence
 from streams.correlation.domains import Facts, domain_of
 from streams.correlation.keys import alert_id_for, dedup_key
+from streams.correlation.lifecycle import settled
 from streams.correlation.rule import BaseRule, RuleContext
 from streams.correlation.timeline import Episode, EpisodeKey, Fired, JobTimeline, num
 
@@ -147,14 +148,19 @@ class SlowdownRule(BaseRule):
                 return
             symptoms = sorted((e for e in job.all_episodes() if e.role == "symptom" and e.ts > st.closed_until),
                               key=lambda e: (e.ts, e.key))
-            if not symptoms or horizon < symptoms[0].ts + cfg.grace_s:
-                return
+            if not symptoms or horizon < symptoms[0].ts + max(cfg.grace_s, cfg.job_end_margin_s):
+                return  # the end margin passed too, so a job end around the onset is known
+            outside = _outside_running_span(symptoms, job.job_id, ctx)
+            if outside is not None:
+                st.closed_until = outside  # a job starting or ending is never a slowdown
+                continue
             onset = symptoms[0].ts
             incident = self._fire(job, st, onset, ctx)
             alert = incident.alert = ctx.emit(incident.alert, onset + cfg.grace_s)
             job.fired = [f for f in job.fired if f.end is None or f.end > horizon - cfg.lookback_s][-8:]
             job.fired.append(Fired(alert, onset + cfg.grace_s))
             ctx.cause_fired(job, alert, horizon)
+            self.on_lead(job.job_id, ctx)  # a lead that was known only after the verdict's due time
 
     def _fire(self, job: JobTimeline, st: SlowdownState, onset: float, ctx: RuleContext) -> Incident:
         cfg = ctx.config
@@ -310,10 +316,26 @@ def _verdict(job: JobTimeline, onset: float, ctx: RuleContext) -> Verdict:
     if first is not None:
         return Verdict(window, symptoms, first, first.start, domain, reason)
     # No component moved first; a lead (a worker that lags its peers since about the onset) is the root.
+    # A lead known only after the verdict (a watermark jump judged both at once) revises it instead.
     lead = ctx.lead_for(job.job_id, onset)
-    if lead is not None:
+    if lead is not None and lead.known_at <= horizon:
         return Verdict(window, symptoms, None, lead.record, lead.domain, lead.reason)
     return Verdict(window, symptoms, None, None, domain, reason)
+
+
+def _outside_running_span(symptoms: list[Episode], job_id: str, ctx: RuleContext) -> float | None:
+    """The onset of the last of the leading ``symptoms`` that fall outside the job's RUNNING span less the
+    settling margin (:mod:`streams.correlation.lifecycle`), None when the first counts. A job the scheduler
+    never named is judged as before: nothing to tell its span by."""
+    if ctx.inventory.job(job_id) is None:
+        return None
+    last = None
+    for e in symptoms:
+        info = ctx.inventory.job(job_id, e.ts)
+        if info is not None and settled(info, e.ts, ctx.config.job_end_margin_s):
+            break
+        last = e.ts
+    return last
 
 
 def _root_cause(rec: dict[str, Any] | None, domain: Domain, reason: str) -> RootCause:

@@ -2,9 +2,11 @@
 
 One alert per (job, lane, worker) episode: firing when the worker is confirmed a straggler
 (``started_at`` = its first outlying step), resolved with the same identity when it is back among its
-peers or its job stops sending per-worker values. A firing straggler is also a :class:`Lead`: a job
-slowdown with no first mover whose onset lies within ``lookback_s`` before to ``grace_s`` after the
-straggler's start names it as the root cause (at the verdict, or by revising the verdict).
+peers or its job stops sending per-worker values. A straggler is also a :class:`Lead`: a job slowdown
+with no first mover whose onset lies within ``lookback_s`` before to ``grace_s`` after the straggler's
+start names it as the root cause (at the verdict, or by revising the verdict). A straggler that already
+ended still leads a slowdown whose onset it was acting at: after a jump of the watermark (a replay judged
+at its end, a catch-up) the straggler can start and end before the slowdown is judged.
 """
 
 from __future__ import annotations
@@ -16,17 +18,20 @@ from models.alerts import Alert, AlertStatus, Domain, RootCause, Severity, Sympt
 from models.timeutil import format_ts, parse_ts
 from streams.correlation.keys import alert_id_for
 from streams.correlation.rule import BaseRule, Lead, RuleContext
+from streams.correlation.timeline import JobTimeline
 from streams.lanes import PeerEvent
 
 
 class StragglerRule(BaseRule):
     name = "straggler"
     inputs: ClassVar[frozenset[str]] = frozenset({"peer"})
-    keys: ClassVar[tuple[str, ...]] = ("straggler_open",)
+    keys: ClassVar[tuple[str, ...]] = ("straggler_open", "straggler_ended")
 
     def __init__(self) -> None:
         #: dedup key -> the firing straggler alert
         self.open: dict[str, Alert] = {}
+        #: dedup key -> the last resolved straggler alert, a lead until eviction passes its end
+        self.ended: dict[str, Alert] = {}
 
     def observe(self, rec: Any, ctx: RuleContext) -> None:
         ev: PeerEvent = rec
@@ -48,13 +53,17 @@ class StragglerRule(BaseRule):
         else:
             details.update(final_ratio=round(tr.ratio, 3))
             summary = f"{tr.worker} of {tr.job_id} back among its peers since {format_ts(ended)[11:19]}"
-        ctx.emit(firing.model_copy(update={"status": AlertStatus.RESOLVED, "resolved_at": format_ts(ended),
-                                           "details": details, "summary": summary}), tr.step)
+        self.ended[dkey] = ctx.emit(firing.model_copy(update={
+            "status": AlertStatus.RESOLVED, "resolved_at": format_ts(ended), "details": details,
+            "summary": summary}), tr.step)
 
     def lead_for(self, job_id: str, onset: float, ctx: RuleContext) -> Lead | None:
-        """The firing straggler of ``job_id`` that began around ``onset``, the earliest if several."""
+        """The straggler of ``job_id`` that began around ``onset`` and was still lagging then (firing, or
+        resolved no earlier than ``grace_s`` before it), the earliest if several."""
         cfg = ctx.config
-        found = [a for a in self.open.values() if a.job_id == job_id
+        acting = [*self.open.values(), *(a for a in self.ended.values()
+                                         if a.resolved_at is None or parse_ts(a.resolved_at) >= onset - cfg.grace_s)]
+        found = [a for a in acting if a.job_id == job_id
                  and onset - cfg.lookback_s <= parse_ts(a.started_at) <= onset + cfg.grace_s]
         if not found:
             return None
@@ -71,11 +80,20 @@ class StragglerRule(BaseRule):
             known_at=parse_ts(alert.detected_at), details={"straggler_alert": alert.alert_id},
             summary=f"; compute: straggler {worker} (x{ratio:.2f} its peers) since {alert.started_at[11:19]}")
 
+    def evict(self, job: JobTimeline, horizon: float, ctx: RuleContext) -> None:
+        """An ended straggler (of any job: its job's timeline may be gone) leads no slowdown judged from now
+        on once its end is ``lookback_s`` behind ``horizon`` (the oldest event time still judged)."""
+        for dkey in [k for k, a in self.ended.items() if a.resolved_at is not None
+                     and parse_ts(a.resolved_at) + ctx.config.lookback_s < horizon]:
+            del self.ended[dkey]
+
     def snapshot(self) -> dict[str, Any]:
-        return {"straggler_open": {k: a.model_dump(mode="json") for k, a in self.open.items()}}
+        return {"straggler_open": {k: a.model_dump(mode="json") for k, a in self.open.items()},
+                "straggler_ended": {k: a.model_dump(mode="json") for k, a in self.ended.items()}}
 
     def restore(self, data: dict[str, Any]) -> None:
         self.open = {k: Alert.model_validate(a) for k, a in data.get("straggler_open", {}).items()}
+        self.ended = {k: Alert.model_validate(a) for k, a in data.get("straggler_ended", {}).items()}
 
 
 def _number(v: object) -> float:
