@@ -22,7 +22,7 @@ from streams.rules import load_rules
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "correlator"
 #: Partition keys added since the fixture was written (an old snapshot restores without them).
-NEW_KEYS = ("straggler_ended", "step_tracks")
+NEW_KEYS = ("straggler_ended", "step_tracks", "clock_offsets")
 sys.path.insert(0, str(FIXTURES))
 from make_snapshot import CFG, feed  # noqa: E402
 
