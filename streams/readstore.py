@@ -40,6 +40,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from models.operator import AnnotationRecord, SilenceRecord
+from streams.fabric import FabricRollup
 from streams.lanes import LANE_ORDER
 
 #: Index of each lane in the ring's second axis.
@@ -177,6 +178,9 @@ class ReadStore:
         self.rejected: dict[str, int] = dict.fromkeys(KINDS, 0)
         #: The latest second any job's lanes reached: the read model's event-time "now".
         self.event_time: float | None = None
+        #: NIC and switch-port counters per entity, for the fabric report (:mod:`streams.fabric`); the
+        #: read model folds the ``telemetry.nic`` and ``telemetry.switch`` messages into it.
+        self.fabric = FabricRollup()
 
     # -- folding --------------------------------------------------------------------------------
     def apply(self, kind: str, value: Any, key: str | None = None) -> bool:
