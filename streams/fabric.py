@@ -22,9 +22,9 @@ them (the fabric most of their hosts are on).
 
 >>> roll = FabricRollup()
 >>> for t, words in ((100.0, 0.0), (101.0, 2.5e9), (102.0, 5.0e9)):
-...     roll.fold("switch", "leaf01", "PortXmitData", {"port": "15"}, t, words, "counter")
+...     _ = roll.fold("switch", "leaf01", "PortXmitData", {"port": "15"}, t, words, "counter")
 >>> e = roll.entities[("switch", "leaf01", "", "15")]
->>> [round(r / 1e9, 1) for r in e.tx_rates()[1]]  # PortXmitData counts 4-byte words
+>>> [round(float(r) / 1e9, 1) for r in e.tx_rates()[1]]  # PortXmitData counts 4-byte words
 [10.0, 10.0]
 """
 
