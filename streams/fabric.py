@@ -56,6 +56,8 @@ CONGESTION_KINDS = ("xmit_wait", "ecn", "cnp", "pfc_pause", "other")
 #: The six questions, in the order the report lists them.
 QUESTIONS = ("bandwidth", "congestion", "loss", "telemetry", "placement", "diagnosability")
 DAY_S = 86_400.0
+#: Metric names whose classification is kept (names beyond it are looked up each time).
+CLASS_CACHE = 4096
 
 EntityKey = tuple[str, str, str, str]  # (layer, source, device, port); device is "" for a switch port
 
@@ -157,6 +159,7 @@ class FabricRollup:
         self.refused = 0
         #: The latest event time of any sample folded.
         self.latest: float | None = None
+        self._classes: dict[tuple[str, str | None], tuple[str | None, str, float]] = {}
 
     @staticmethod
     def key(layer: str, source: str, labels: dict[str, str]) -> EntityKey:
@@ -181,36 +184,50 @@ class FabricRollup:
         """Fold one sample; False if it is not a fabric counter the report uses (or was refused)."""
         if layer not in FABRIC_LAYERS:
             return False
-        info = lookup(metric, kind)
-        tx = info.counter and info.meaning is Meaning.THROUGHPUT and is_transmit_bytes(metric)
-        if not (tx or (info.counter and info.meaning in (Meaning.CONGESTION, *ERROR_MEANINGS))):
-            # Anything else still says the exporter is alive (telemetry coverage).
-            return self._touch(layer, source, labels, ts) is not None
+        what = self._classes.get((metric, kind))
+        if what is None:
+            what = self._classify(metric, kind)
+        category, sub, scale = what
         entity = self._touch(layer, source, labels, ts)
         if entity is None:
             return False
+        if category is None:  # not a counter the report uses; it still says the exporter is alive (coverage)
+            return True
         before = entity.last.get(metric)
         if before is None or ts > before[0]:
             entity.last[metric] = (ts, value)
         if before is None or ts <= before[0] or value < before[1]:
             return True  # the first value, a duplicate or late sample, or a counter reset: no rate
         delta, dt = value - before[1], ts - before[0]
-        if tx:
+        if category == "tx":
             slot = entity.n_rates % self.config.recent
             entity.ring_ts[slot] = ts
-            entity.ring_bps[slot] = delta * info.scale / dt
+            entity.ring_bps[slot] = delta * scale / dt
             entity.n_rates += 1
-        elif info.meaning is Meaning.CONGESTION:
-            k = congestion_kind(metric)
-            entity.congestion[k] = entity.congestion.get(k, 0.0) + delta
+        elif category == "congestion":
+            entity.congestion[sub] = entity.congestion.get(sub, 0.0) + delta
         else:
-            m = info.meaning.value
-            entity.errors[m] = entity.errors.get(m, 0.0) + delta
+            entity.errors[sub] = entity.errors.get(sub, 0.0) + delta
             day = math.floor(ts / DAY_S)
             entity.days[day] = entity.days.get(day, 0.0) + delta
             while len(entity.days) > self.config.days_kept:
                 del entity.days[min(entity.days)]
         return True
+
+    def _classify(self, metric: str, kind: str | None) -> tuple[str | None, str, float]:
+        """``(category, kind or meaning, scale)`` of a counter: ``tx`` (bytes sent), ``congestion``,
+        ``errors``, or None (not used); kept per name (at most :data:`CLASS_CACHE` names)."""
+        info = lookup(metric, kind)
+        what: tuple[str | None, str, float] = (None, "", 1.0)
+        if info.counter and info.meaning is Meaning.THROUGHPUT and is_transmit_bytes(metric):
+            what = ("tx", "", info.scale)
+        elif info.counter and info.meaning is Meaning.CONGESTION:
+            what = ("congestion", congestion_kind(metric), 1.0)
+        elif info.counter and info.meaning in ERROR_MEANINGS:
+            what = ("errors", info.meaning.value, 1.0)
+        if len(self._classes) < CLASS_CACHE:
+            self._classes[(metric, kind)] = what
+        return what
 
     def _touch(self, layer: str, source: str, labels: dict[str, str], ts: float) -> EntityRollup | None:
         key = self.key(layer, source, labels)
