@@ -8,7 +8,7 @@ Two parts, both pure (no faust, no I/O, no clock: ``now`` is an argument):
   keeps the last value of each counter (to turn counters into per-second rates), a ring of the last
   :attr:`FabricConfig.recent` transmit rates with their times, congestion and error totals, per-day
   error totals (the last :attr:`FabricConfig.days_kept` days) and when it was first and last heard
-  from. Memory is O(entities): about 8 KB per entity at the default ring of 600 rates, at most
+  from. Memory is O(entities): about 10 KB per entity at the default ring of 600 rates, at most
   :attr:`FabricConfig.max_entities` entities (new ones beyond are refused and counted).
 - :func:`fabric_report`: the six answers over the rollup, the inventory index (links and their line
   rate, switches and tiers, jobs and nodes), the read store's job lanes (when collectives ran) and

@@ -15,7 +15,9 @@ Bounds (see :class:`ReadStoreConfig`):
   the job's latest second;
 - the latest ``max_alerts`` alerts with their lifecycle; the latest stats record per job, and the
   ``annotation_effect`` records (step time before/after an annotation) of the ``stats`` topic;
-- per job, the latest ``max_annotations_per_job`` annotations; at most ``max_silences`` silences.
+- per job, the latest ``max_annotations_per_job`` annotations; at most ``max_silences`` silences;
+- the fabric rollup (:class:`streams.fabric.FabricRollup`): per NIC and switch port, its last
+  counter values, a ring of recent transmit rates and congestion/error totals (O(ports)).
 
 Nothing here reads the clock or does I/O. Records that do not have the documented shape are counted
 in :attr:`ReadStore.rejected` and otherwise ignored (they come from Lockstep's own stages; a bad one
