@@ -20,12 +20,14 @@ from typing import Any
 import orjson
 import pytest
 
+from agents.openapi import openapi_document
 from lockstep.broker import EmbeddedBroker
 from lockstep.cli import main
 from lockstep.replay import write_simulation
 from streams.fabric import QUESTIONS
 from tests.web.client import get
 from tests.web.conftest import _feed_seed_incident, web_settings
+from tests.web.test_web_openapi import conforms
 
 SPEED_GBPS = 200.0
 
@@ -75,6 +77,7 @@ def _group(report: dict[str, Any], question: str, fabric: str, tier: str) -> dic
 def test_every_fabric_question_has_a_number_and_its_evidence(fabric_worker: Any) -> None:
     reply = get(fabric_worker.web_url, "/fabric/report")
     assert reply.status == 200, reply.body[:300]
+    conforms(openapi_document(), reply, "/fabric/report")
     report = reply.json
     assert report["fabrics"] == ["infiniband", "roce"]
     for q in QUESTIONS:
