@@ -73,8 +73,9 @@ class ReadModel:
         self.clock = clock
         cat = TopicCatalogue(settings)
         self.kinds = {cat.timelines: "timelines", cat.alerts: "alerts", cat.stats: "stats",
-                      cat.anomalies: "anomalies", cat.annotations: "annotations", cat.silences: "silences",
-                      cat.telemetry("nic"): "fabric", cat.telemetry("switch"): "fabric"}
+                      cat.anomalies: "anomalies", cat.annotations: "annotations", cat.silences: "silences"}
+        if settings.fabric_report:
+            self.kinds.update({cat.telemetry("nic"): "fabric", cat.telemetry("switch"): "fabric"})
         self.consumer: AIOKafkaConsumer | None = None
         self.partitions: list[TopicPartition] = []
         self.targets: dict[TopicPartition, int] = {}

@@ -205,6 +205,10 @@ class LockstepSettings(BaseSettings):
                     "lists) admitted at once: computed one at a time between the agents' steps, the others "
                     "waiting their turn; one more is answered 429 with Retry-After")
     web_retry_after_s: int = Field(default=1, ge=1, le=600, description="Retry-After of a 429 (seconds)")
+    fabric_report: bool = Field(
+        default=True, description="The read model also follows telemetry.nic and telemetry.switch into a "
+                                  "per-port rollup for /fabric/report (docs/fabric.md: about 12 us per sample "
+                                  "on every worker); false leaves the report without counters")
 
     # --- Delivery (issue 6; docs/delivery.md) ------------------------------------------------
     delivery_routes_file: Path | None = Field(
