@@ -590,6 +590,12 @@ def _placement(inv: InventoryIndex, now: float) -> dict[str, Any]:
             "groups": out}
 
 
+def _mover(cause: dict[str, Any]) -> str:
+    """``switch leaf03 port 17``, ``nic gpu014``: the first mover as the report names it."""
+    port = (cause.get("labels") or {}).get("port") if cause.get("layer") == "switch" else None
+    return f"{cause.get('layer')} {cause.get('source')}" + (f" port {port}" if port else "")
+
+
 def _diagnosability(store: ReadStore, inv: InventoryIndex, switch_fabric: dict[str, str]) -> dict[str, Any]:
     node_fabric: dict[str, str] = {}
     for link in inv.links.values():
@@ -626,7 +632,7 @@ def _diagnosability(store: ReadStore, inv: InventoryIndex, switch_fabric: dict[s
         rows[fabric].append({"alert_id": entry.alert_id, "first_mover_tier": tier, "job_id": a.get("job_id"),
                              "started_at": a["started_at"],
                              "detected_at": a["detected_at"], "onset_to_alert_s": _r(detected - onset, 3),
-                             "first_mover": f"{cause.get('layer')} {cause.get('source')}" if has_cause else None,
+                             "first_mover": _mover(cause) if has_cause else None,
                              "domain": cause.get("domain"), "first_mover_lead_s": lead})
     out = []
     for fabric in sorted(rows):

@@ -167,7 +167,8 @@ def test_diagnosability_from_the_alerts(cluster: Any) -> None:
     r = fabric_report(roll, inv, store, T0 + 10)
     every = group(r, "diagnosability", "infiniband", "all")
     assert (every["value"], every["incidents"], every["share_named"]) == (10.0, 2, 0.5)
-    assert every["evidence"][0]["first_mover"] == "switch leafA" and every["evidence"][0]["first_mover_lead_s"] == 2.0
+    first = every["evidence"][0]
+    assert (first["first_mover"], first["first_mover_lead_s"]) == ("switch leafA port 2", 2.0)
     assert group(r, "diagnosability", "infiniband", "leaf")["value"] == 8.0
 
 
