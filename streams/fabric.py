@@ -490,35 +490,41 @@ def _telemetry(rollup: FabricRollup, inv: InventoryIndex, places: dict[EntityKey
     seen: dict[tuple[str, str], set[EntityKey]] = defaultdict(set)
     for k, p in places.items():
         seen[(p.fabric, p.tier)].add(k)
-    # Switches the inventory names (spines, cores: their ports are not in link events) that sent nothing.
-    heard = {k[1] for k in rollup.entities if k[0] == "switch"}
+    # Spines and cores: no link event names their ports, so they are counted per switch (any port heard).
+    switches: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for sw, tier in inv.tiers.items():
+        if tier not in ("host", "leaf"):
+            switches[(switch_fabric.get(sw, "unknown"), tier)].add(sw)
     out = []
-    for g in sorted(set(expected) | set(seen)):
+    for g in sorted(set(expected) | set(seen) | set(switches)):
         exp, got = expected.get(g, set()), seen.get(g, set())
         fresh = {k for k in got if now - rollup.entities[k].last_seen <= cfg.stale_s}
         ages = np.array([max(now - rollup.entities[k].last_seen, 0.0) for k in got])
-        missing = sorted(exp - fresh)
         by_source: dict[str, list[EntityKey]] = defaultdict(list)
         for k in exp | got:
             by_source[k[1]].append(k)
+        for sw in switches.get(g, ()):
+            by_source.setdefault(sw, [])
         silent = sorted(s for s, ks in by_source.items() if not any(k in fresh for k in ks))
-        if g[1] not in ("host", "leaf"):
-            silent += sorted(sw for sw, t in inv.tiers.items() if t == g[1] and switch_fabric.get(sw) == g[0]
-                             and sw not in heard)
         evidence = [{"silent_exporter": s, "last_seen_age_s": _age(rollup, by_source.get(s, []), now)}
                     for s in silent[:cfg.top]]
         evidence += [{"not_reporting": _name(k), "last_seen_age_s": _age(rollup, [k], now)}
-                     for k in missing[:cfg.top]]
+                     for k in sorted(exp - fresh)[:cfg.top]]
         if not evidence:  # all reporting: the stalest, so the age figures have their names
             stalest = sorted(got, key=lambda k: (rollup.entities[k].last_seen, k))[:cfg.top]
             evidence = [{"reporting": _name(k), "last_seen_age_s": _age(rollup, [k], now)} for k in stalest]
-        base = len(exp) if exp else len(got)
+        figures = {"last_seen_age_s_p50": _r(_pct(ages, 50), 1), "last_seen_age_s_max": _r(_pct(ages, 100), 1),
+                   "silent_exporters": len(silent), "silent": silent[:50]}
+        if g in switches:
+            named = switches[g] | {k[1] for k in got}
+            up = {k[1] for k in fresh}
+            out.append(_group(g[0], g[1], _r(len(up) / len(named)), "share of the tier's switches reporting",
+                              evidence, expected=len(named), reporting=len(up), not_in_inventory=None, **figures))
+            continue
         share = len(fresh & exp) / len(exp) if exp else (len(fresh) / len(got) if got else None)
         out.append(_group(g[0], g[1], _r(share), "share of expected ports reporting", evidence,
-                          expected=base, reporting=len(fresh & exp) if exp else len(fresh),
-                          not_in_inventory=len(got - exp) if exp else None,
-                          last_seen_age_s_p50=_r(_pct(ages, 50), 1), last_seen_age_s_max=_r(_pct(ages, 100), 1),
-                          silent_exporters=len(silent), silent=silent[:50]))
+                          expected=len(exp) if exp else len(got), reporting=len(fresh & exp) if exp else len(fresh),
+                          not_in_inventory=len(got - exp) if exp else None, **figures))
     return {"question": "do operators see the NIC and switch telemetry that matters?",
             "value_is": f"share of the inventory's NIC and switch ports heard from in the last {cfg.stale_s:g} s",
             "groups": out}

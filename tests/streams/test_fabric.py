@@ -139,6 +139,12 @@ def test_coverage_counts_the_inventory_ports_heard_from_and_lists_the_silent(clu
     assert host["evidence"][0] == {"silent_exporter": "n4", "last_seen_age_s": None}
     # leafR's port (r1's downlink) never reported and spine1/spine2 sent nothing
     assert group(r, "telemetry", "roce", "leaf")["value"] == 0.0
+    # spines are counted per switch: spine1 (above the InfiniBand leaves) sent nothing, then one port
+    spine = group(r, "telemetry", "infiniband", "spine")
+    assert (spine["value"], spine["expected"], spine["silent"]) == (0.0, 1, ["spine1"])
+    roll.fold("switch", "spine1", "PortXmitWait", {"port": "7"}, T0 + 10, 1.0, "counter")
+    spine = group(fabric_report(roll, inv, store, T0 + 10), "telemetry", "infiniband", "spine")
+    assert (spine["value"], spine["reporting"], spine["silent"]) == (1.0, 1, [])
     # 200 s later every port is older than stale_s (120 s): nothing reports
     late = group(fabric_report(roll, inv, store, T0 + 210), "telemetry", "infiniband", "host")
     assert (late["value"], late["last_seen_age_s_max"], late["silent"]) == (0.0, 200.0, ["n1", "n2", "n3", "n4"])
