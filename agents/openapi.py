@@ -134,6 +134,14 @@ def _schemas() -> dict[str, Any]:
         "gpus_behind_port": INT,
         "switch_jobs": _arr(_obj({"job_id": STR, "gpus": INT, "behind_this_port": BOOL})),
         "anomalies": _arr(OBJ), "alerts": _arr(OBJ)})
+    # The fabric report (streams/fabric.py, docs/fabric.md): six questions, each a list of groups.
+    s["FabricGroup"] = _obj({"fabric": STR, "tier": STR, "value": NNUM, "unit": STR, "evidence": _arr(OBJ)},
+                            additionalProperties=True)
+    s["FabricQuestion"] = _obj({"question": STR, "value_is": STR, "groups": _arr(_ref("FabricGroup"))})
+    s["FabricReport"] = _obj({
+        "now": NUM, "now_iso": STR, "entities": INT, "refused": INT, "config": OBJ, "fabrics": _arr(STR),
+        "questions": _obj({q: _ref("FabricQuestion") for q in ("bandwidth", "congestion", "loss", "telemetry",
+                                                                "placement", "diagnosability")})})
     s["AnnotationList"] = _obj({"annotations": _arr(_ref("AnnotationRecord"))})
     record = s["SilenceRecord"]  # the record as on the topic (closed), plus what the API adds
     s["Silence"] = {"type": "object", "description": "A silence record with its state at the time of the request",
@@ -254,6 +262,11 @@ def _document() -> dict[str, Any]:
                        {"type": "integer", "minimum": 1, "maximum": 1000}, False)],
             description="GPU-seconds lost = GPUs x fraction of step time lost x duration, as of the latest event "
                         "time held (docs/capacity.md)."),
+        "/fabric/report": _get(
+            "getFabricReport", "The six fabric questions per fabric and tier, each with its evidence",
+            "FabricReport", heavy=True,
+            description="Bandwidth, congestion, loss, telemetry coverage, placement, diagnosability "
+                        "(docs/fabric.md), as of the latest event time the read model holds."),
         "/annotations": {
             **_get("listAnnotations", "Operator annotations, oldest first", "AnnotationList",
                    params=[_param("job", "query", "Only this job's annotations")]),

@@ -5,6 +5,8 @@ One plain aiokafka consumer per worker, **without a consumer group**, assigned e
 ``points`` and ``watermark`` records there are skipped by their first bytes, unparsed),
 ``annotations``, ``silences`` and ``capacity`` (the GPU-time lost ledger). So whichever worker
 correlates a job, every worker can answer for it: the HTTP API of any worker is correct across partitions.
+It also reads the two fabric input topics, ``telemetry.nic`` and ``telemetry.switch``, into the store's
+per-port rollup (:class:`streams.fabric.FabricRollup`, O(ports) memory) that ``/fabric/report`` answers from.
 
 Where reading starts: the time-bounded topics (``timelines``, ``anomalies``, ``stats``) at the first
 record produced within the store's history (``offsets_for_times``, wall clock minus
@@ -42,7 +44,7 @@ log = logging.getLogger("lockstep.readmodel")
 #: (the agents write them with orjson, ``type`` first), so they are never parsed.
 SKIP_PREFIXES = (b'{"type":"points"', b'{"type":"watermark"')
 #: Topics read from a point in time (their history is bounded), and from the beginning.
-TIME_BOUNDED = ("timelines", "anomalies", "stats")
+TIME_BOUNDED = ("timelines", "anomalies", "stats", "fabric")
 
 
 class ReadModelMetrics:
@@ -73,6 +75,8 @@ class ReadModel:
         self.kinds = {cat.timelines: "timelines", cat.alerts: "alerts", cat.stats: "stats",
                       cat.anomalies: "anomalies", cat.annotations: "annotations", cat.silences: "silences",
                       cat.capacity: "capacity"}
+        if settings.fabric_report:
+            self.kinds.update({cat.telemetry("nic"): "fabric", cat.telemetry("switch"): "fabric"})
         self.consumer: AIOKafkaConsumer | None = None
         self.partitions: list[TopicPartition] = []
         self.targets: dict[TopicPartition, int] = {}
@@ -159,6 +163,13 @@ class ReadModel:
     def _fold(self, tp: TopicPartition, messages: list[Any]) -> None:
         kind = self.kinds[tp.topic]
         applied = skipped = rejected = 0
+        if kind == "fabric":  # raw telemetry: the rollup decodes it (bad records are the ingest agent's to reject)
+            for msg in messages:
+                if msg.value is not None and self.store.fabric.fold_message(msg.value):
+                    applied += 1
+                else:
+                    skipped += 1
+            messages = []
         for msg in messages:
             value = msg.value
             key = msg.key.decode("utf-8", "replace") if msg.key is not None else None

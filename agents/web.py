@@ -55,7 +55,7 @@ from agents.topics import TopicCatalogue
 from models.errors import ConfigError
 from models.operator import AnnotationRequest, SilenceRequest
 from models.settings import LockstepSettings
-from streams import ledger, views
+from streams import fabric, ledger, views
 from streams.inventory import InventoryIndex
 from streams.readstore import ReadStore
 
@@ -75,12 +75,13 @@ QUERY = {
     "/api/v1/write": set(),
     "/capacity": {"by", "window", "limit"},
     "/api/v1/alertmanager": set(),
+    "/fabric/report": set(),
 }
 #: Routes whose answers are computed in the thread pool, at most ``web_max_heavy_requests`` at once
 #: (their cost grows with the cluster, the window or the store); everything else is answered on the
 #: event loop at once (probes, ``/metrics`` from its cache, single records, the page, writes).
 HEAVY = frozenset({"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/timeline", "/jobs/{job_id}/diagnosis", "/alerts",
-                   "/fabric/{switch}/{port}", "/silences", "/capacity"})
+                   "/fabric/{switch}/{port}", "/silences", "/capacity", "/fabric/report"})
 #: The most of the event loop's time heavy views take while requests wait for a turn. Measured with
 #: tests/faults/test_read_load.py at 20,000 samples/s produced: ingest under read load kept 290/s
 #: with no pause between views, 8,600-9,600/s at 1/2, 7,100/s at 1/4 (the 429s cost loop time too).
@@ -259,6 +260,7 @@ class WebServer:
         r.add_get("/alerts", self.alerts)
         r.add_get("/alerts/{alert_id}", self.alert)
         r.add_get("/fabric/{switch}/{port}", self.fabric)
+        r.add_get("/fabric/report", self.fabric_report)
         r.add_get("/annotations", self.annotations)
         r.add_get("/capacity", self.capacity)
         r.add_post("/annotations", self.annotate)
@@ -706,6 +708,12 @@ class WebServer:
                 raise views.QueryError(str(exc)) from None
 
         return await self._heavy_json(request, compute)
+    async def fabric_report(self, request: web.Request) -> web.Response:
+        """The six fabric questions (docs/fabric.md), as of the latest event time the read model holds."""
+        store, inventory = self.store, self.worker.inventory
+        times = [t for t in (store.fabric.latest, store.event_time) if t is not None]
+        now = max(times) if times else self.clock()
+        return await self._heavy_json(request, lambda: fabric.fabric_report(store.fabric, inventory, store, now))
 
     async def annotations(self, request: web.Request) -> web.Response:
         job = self._query(request, "job")

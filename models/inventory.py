@@ -113,7 +113,12 @@ class JobEvent(BaseModel):
 
 
 class LinkEvent(BaseModel):
-    """One host NIC port cabled to one switch port (the leaf tier)."""
+    """One host NIC port cabled to one switch port (the leaf tier).
+
+    ``speed_gbps`` is the link's line rate in Gb/s when the topology source says it (``ibnetdiscover``
+    prints width and speed, ``4x HDR`` = 200); ``null`` when unknown. The fabric report
+    (:mod:`streams.fabric`) measures utilisation against it.
+    """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -125,6 +130,7 @@ class LinkEvent(BaseModel):
     switch: Name
     switch_port: Name
     fabric: Fabric = Fabric.INFINIBAND
+    speed_gbps: float | None = Field(default=None, gt=0, le=100_000)
 
     @field_validator("ts", mode="before")
     @classmethod

@@ -218,6 +218,10 @@ class LockstepSettings(BaseSettings):
     remote_write_keep_unknown: bool = Field(
         default=False, description="POST /api/v1/write keeps series whose names the metric catalogue does not "
                                    "know (meaning unknown); by default they are scrape noise: skipped and counted")
+    fabric_report: bool = Field(
+        default=True, description="The read model also follows telemetry.nic and telemetry.switch into a "
+                                  "per-port rollup for /fabric/report (docs/fabric.md: about 12 us per sample "
+                                  "on every worker); false leaves the report without counters")
 
     # --- Delivery (issue 6; docs/delivery.md) ------------------------------------------------
     delivery_routes_file: Path | None = Field(

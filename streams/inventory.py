@@ -62,6 +62,8 @@ class Link:
     switch: str
     switch_port: str
     fabric: str
+    #: Line rate in Gb/s (None: the topology source did not say).
+    speed_gbps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +125,8 @@ class InventoryIndex:
             if old is not None:
                 self.by_switch_port[(old.switch, old.switch_port)].discard(key)
                 self.node_leaves[old.node].discard(old.switch)
-            link = Link(event.node, event.device, event.port, event.switch, event.switch_port, event.fabric.value)
+            link = Link(event.node, event.device, event.port, event.switch, event.switch_port, event.fabric.value,
+                        event.speed_gbps)
             self.links[key] = link
             self.by_switch_port[(link.switch, link.switch_port)].add(key)
             self.by_switch[link.switch].add(link.node)

@@ -17,6 +17,8 @@ Bounds (see :class:`ReadStoreConfig`):
   ``annotation_effect`` records (step time before/after an annotation) of the ``stats`` topic;
 - per job, the latest ``max_annotations_per_job`` annotations; at most ``max_silences`` silences;
 - the ``capacity`` topic's incidents in a :class:`~streams.ledger.Ledger`, at most ``max_incidents``.
+- the fabric rollup (:class:`streams.fabric.FabricRollup`): per NIC and switch port, its last
+  counter values, a ring of recent transmit rates and congestion/error totals (O(ports)).
 
 Nothing here reads the clock or does I/O. Records that do not have the documented shape are counted
 in :attr:`ReadStore.rejected` and otherwise ignored (they come from Lockstep's own stages; a bad one
@@ -41,6 +43,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from models.operator import AnnotationRecord, SilenceRecord
+from streams.fabric import FabricRollup
 from streams.lanes import LANE_ORDER
 from streams.ledger import Ledger, LedgerEntry
 
@@ -183,6 +186,9 @@ class ReadStore:
         self.ledger = Ledger()
         #: The latest second any job's lanes reached: the read model's event-time "now".
         self.event_time: float | None = None
+        #: NIC and switch-port counters per entity, for the fabric report (:mod:`streams.fabric`); the
+        #: read model folds the ``telemetry.nic`` and ``telemetry.switch`` messages into it.
+        self.fabric = FabricRollup()
 
     # -- folding --------------------------------------------------------------------------------
     def apply(self, kind: str, value: Any, key: str | None = None) -> bool:

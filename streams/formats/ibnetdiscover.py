@@ -18,7 +18,8 @@ type, LID, port and GUID, then both node descriptions. A line with ``???`` is a 
   are not leaves are ``spine``s (its uplinks); a spine's switch neighbours that are neither are
   ``core``. A switch reached by none of these rules gets no switch event.
 - One ``link`` event per host port (``port`` the CA port number, ``switch_port`` the leaf port),
-  fabric ``infiniband``; one ``switch`` event per tiered switch.
+  fabric ``infiniband``, ``speed_gbps`` from the width and speed (:func:`line_rate_gbps`: ``4x EDR``
+  is 100) when both are known; one ``switch`` event per tiered switch.
 - Time: the ``ts`` argument or header (the report carries none).
 """
 
@@ -37,6 +38,22 @@ _END = r"(CA|SW|RT)\s+(\d+)\s+(\d+)\s+(0x[0-9a-fA-F]+)"
 _LINKED = re.compile(rf"^{_END}\s+(.*?)\s+-\s+{_END}\s+\(\s*'(.*)'\s+-\s+'(.*)'\s*\)\s*$")
 _UNCONNECTED = re.compile(rf"^{_END}\s+\S+\s+\?\?\?(?:\s+'(.*)')?\s*$")
 _MANAGED = re.compile(r"^MF0;([^:]+):")
+_WIDTH_SPEED = re.compile(r"^(\d+)x\s*([A-Z0-9]+)$")
+#: Nominal data rate per lane, Gb/s, by InfiniBand speed name (IBTA: 4x EDR is sold as 100 Gb/s).
+LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "EDR": 25.0, "HDR": 50.0,
+             "NDR": 100.0, "XDR": 200.0}
+
+
+def line_rate_gbps(width_speed: str) -> float | None:
+    """A port's line rate from ibnetdiscover's width and speed column (None when either is unknown).
+
+    >>> line_rate_gbps("4x EDR"), line_rate_gbps("4x HDR"), line_rate_gbps("1x NDR"), line_rate_gbps("4x ???")
+    (100.0, 200.0, 100.0, None)
+    """
+    m = _WIDTH_SPEED.match(width_speed.strip())
+    if m is None or m.group(2) not in LANE_GBPS:
+        return None
+    return int(m.group(1)) * LANE_GBPS[m.group(2)]
 
 
 def host_and_device(desc: str) -> tuple[str, str]:
@@ -66,8 +83,8 @@ def convert(raw: bytes, ctx: Context) -> None:
     if opened is None:
         return
     text, ts = opened
-    # (ca guid, ca port) -> (record, host desc, switch guid, switch port); switch guid -> descs
-    host_ports: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+    # (ca guid, ca port) -> (record, host desc, switch guid, switch port, line rate); switch guid -> descs
+    host_ports: dict[tuple[str, str], tuple[str, str, str, str, float | None]] = {}
     switch_desc: dict[str, str] = {}
     switch_peers: dict[str, set[str]] = defaultdict(set)
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -84,7 +101,8 @@ def convert(raw: bytes, ctx: Context) -> None:
             else:
                 ctx.reject(record, f"not an ibnetdiscover -p line: {line.strip()[:60]!r}")
             continue
-        a_type, _, a_port, a_guid, _, b_type, _, b_port, b_guid, a_desc, b_desc = m.groups()
+        a_type, _, a_port, a_guid, width_speed, b_type, _, b_port, b_guid, a_desc, b_desc = m.groups()
+        speed = line_rate_gbps(width_speed)
         a_guid, b_guid = a_guid.lower(), b_guid.lower()
         for t, guid, desc in ((a_type, a_guid, a_desc), (b_type, b_guid, b_desc)):
             if t == "SW":
@@ -94,18 +112,20 @@ def convert(raw: bytes, ctx: Context) -> None:
             switch_peers[b_guid].add(a_guid)
         elif {a_type, b_type} == {"CA", "SW"}:
             if a_type == "CA":
-                host_ports.setdefault((a_guid, a_port), (record, a_desc, b_guid, b_port))
+                host_ports.setdefault((a_guid, a_port), (record, a_desc, b_guid, b_port, speed))
             else:
-                host_ports.setdefault((b_guid, b_port), (record, b_desc, a_guid, a_port))
+                host_ports.setdefault((b_guid, b_port), (record, b_desc, a_guid, a_port, speed))
     names = _switch_names(switch_desc)
-    leaves = {sw for (_, _, sw, _) in host_ports.values()}
-    for (_, ca_port), (record, desc, sw, sw_port) in sorted(host_ports.items(), key=lambda kv: kv[1][0]):
+    leaves = {sw for (_, _, sw, _, _) in host_ports.values()}
+    for (_, ca_port), (record, desc, sw, sw_port, speed) in sorted(host_ports.items(), key=lambda kv: kv[1][0]):
         node, device = host_and_device(desc)
         if not node:
             ctx.reject(record, "host port without a node description")
             continue
         link: dict[str, Any] = {"kind": "link", "ts": ts, "node": node, "device": device, "port": ca_port,
                                 "switch": names[sw], "switch_port": sw_port, "fabric": "infiniband"}
+        if speed is not None:
+            link["speed_gbps"] = speed
         ctx.event(record, link)
     spines = {p for leaf in leaves for p in switch_peers.get(leaf, ()) if p not in leaves}
     cores = {p for spine in spines for p in switch_peers.get(spine, ()) if p not in leaves and p not in spines}

@@ -115,6 +115,7 @@ def test_every_heavy_route_is_limited() -> None:
         paths = {"/jobs": "/jobs", "/jobs/{job_id}": "/jobs/j", "/jobs/{job_id}/timeline": "/jobs/j/timeline",
                  "/jobs/{job_id}/diagnosis": "/jobs/j/diagnosis", "/alerts": "/alerts",
                  "/fabric/{switch}/{port}": "/fabric/leaf01/1", "/silences": "/silences", "/capacity": "/capacity"}
+        paths["/fabric/report"] = "/fabric/report"
         assert set(paths) == HEAVY
         for path in paths.values():
             async with s.get(url + path) as r:

@@ -1,0 +1,68 @@
+// The fabric section of the page: the six fabric questions (GET /fabric/report, docs/fabric.md),
+// one row per question, fabric and tier, with the first row of evidence. Self-contained: it only
+// fills #fabric-report and refreshes every 15 s; every value is set as text (no HTML from data).
+"use strict";
+
+(function () {
+  const REFRESH_MS = 15000;
+
+  function figure(v) {
+    if (v === null || v === undefined) return "–";
+    if (typeof v === "number") return Number.isInteger(v) ? v.toLocaleString("en") : v.toPrecision(4);
+    if (typeof v === "object") return Object.entries(v).map(([k, x]) => `${k} ${figure(x)}`).join(", ");
+    return String(v);
+  }
+
+  function evidenceText(row) {
+    if (!row) return "";
+    return Object.entries(row).filter(([, v]) => !Array.isArray(v)).slice(0, 5)
+      .map(([k, v]) => `${k} ${figure(v)}`).join(" · ");
+  }
+
+  function cell(tr, text, cls) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (cls) td.className = cls;
+    tr.appendChild(td);
+  }
+
+  async function refresh() {
+    const body = document.getElementById("fabric-report");
+    const asof = document.getElementById("fabric-asof");
+    if (!body) return;
+    let report;
+    try {
+      const resp = await fetch("/fabric/report", { headers: { Accept: "application/json" } });
+      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+      report = await resp.json();
+    } catch (err) {
+      asof.textContent = `not available (${err.message})`;
+      return;
+    }
+    asof.textContent = `as of ${String(report.now_iso || "").slice(0, 19).replace("T", " ")} UTC`;
+    const rows = [];
+    for (const [name, q] of Object.entries(report.questions)) {
+      for (const g of q.groups) {
+        const tr = document.createElement("tr");
+        tr.title = q.question;
+        cell(tr, name);
+        cell(tr, g.fabric);
+        cell(tr, g.tier);
+        cell(tr, `${figure(g.value)} ${g.unit}`, "num");
+        cell(tr, evidenceText(g.evidence[0]), "muted small");
+        rows.push(tr);
+      }
+    }
+    if (!rows.length) {
+      const tr = document.createElement("tr");
+      cell(tr, "no fabric counters or jobs yet", "muted");
+      rows.push(tr);
+    }
+    body.replaceChildren(...rows);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    refresh();
+    setInterval(refresh, REFRESH_MS);
+  });
+})();

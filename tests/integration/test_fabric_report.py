@@ -1,0 +1,119 @@
+"""The fabric report through the real embedded broker: a simulated scenario fed to a real worker,
+then ``GET /fabric/report`` and ``lockstep fabric`` against its API.
+
+The ``roce-retransmits`` scenario runs the 16-node lab cluster (InfiniBand gpu001-012, RoCE
+gpu013-016): gpu014's RoCE NIC starts retransmitting and roce-c slows down. The simulator's
+inventory carries no line rate, so the replay file's link events are given 200 Gb/s here (as
+``ibnetdiscover`` would give ``4x HDR``). The worker reads ``telemetry.nic`` and
+``telemetry.switch`` into its read model like every other output topic (agents/readmodel.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from agents.openapi import openapi_document
+from lockstep.broker import EmbeddedBroker
+from lockstep.cli import main
+from lockstep.replay import write_simulation
+from streams.fabric import QUESTIONS
+from tests.web.client import get
+from tests.web.conftest import _feed_seed_incident, web_settings
+from tests.web.test_web_openapi import conforms
+
+SPEED_GBPS = 200.0
+
+
+def _with_line_rate(path: Path) -> int:
+    """Give every link event of the replay file ``SPEED_GBPS``; the number of links."""
+    out, links = [], 0
+    for line in path.read_bytes().splitlines():
+        if b'"kind":"link"' in line:
+            rec = orjson.loads(line)
+            rec["speed_gbps"] = SPEED_GBPS
+            line = orjson.dumps(rec)
+            links += 1
+        out.append(line)
+    path.write_bytes(b"\n".join(out) + b"\n")
+    return links
+
+
+@pytest.fixture(scope="module")
+def fabric_worker(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("fabric")
+    path = tmp / "roce.jsonl"
+    write_simulation(path, "roce-retransmits")
+    assert _with_line_rate(path) == 16
+    settings = web_settings(broker, tmp)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fabric-worker", daemon=True)
+    thread.start()
+    worker = None
+    try:
+        worker, _ = asyncio.run_coroutine_threadsafe(_feed_seed_incident(settings, broker.bootstrap, path),
+                                                     loop).result(900)
+        yield worker
+    finally:
+        if worker is not None:
+            asyncio.run_coroutine_threadsafe(worker.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def _group(report: dict[str, Any], question: str, fabric: str, tier: str) -> dict[str, Any]:
+    found = [g for g in report["questions"][question]["groups"] if (g["fabric"], g["tier"]) == (fabric, tier)]
+    assert len(found) == 1, (question, fabric, tier, report["questions"][question]["groups"])
+    return found[0]
+
+
+def test_every_fabric_question_has_a_number_and_its_evidence(fabric_worker: Any) -> None:
+    reply = get(fabric_worker.web_url, "/fabric/report")
+    assert reply.status == 200, reply.body[:300]
+    conforms(openapi_document(), reply, "/fabric/report")
+    report = reply.json
+    assert report["fabrics"] == ["infiniband", "roce"]
+    for q in QUESTIONS:
+        answered = [g for g in report["questions"][q]["groups"] if g["value"] is not None and g["evidence"]]
+        assert answered, f"{q}: no group with a number and evidence: {report['questions'][q]}"
+
+    # Bandwidth: the simulated IB NICs send ~2.5e9 B/s = 20 Gb/s on 200 Gb/s links.
+    ib = _group(report, "bandwidth", "infiniband", "host")
+    assert ib["links_measured"] == 12 and ib["links_without_line_rate"] == 0
+    assert 0.08 < ib["p50"] < 0.12 and ib["p50"] <= ib["p99"] < 0.15
+    # Congestion: every IB NIC reports XmitWait; the RoCE NICs CNPs.
+    assert set(_group(report, "congestion", "infiniband", "host")["by_kind"]) == {"xmit_wait"}
+    assert set(_group(report, "congestion", "roce", "host")["by_kind"]) == {"cnp"}
+    # Loss: the faulty RoCE NIC leads its group's evidence.
+    roce_loss = _group(report, "loss", "roce", "host")
+    assert roce_loss["value"] > 0 and roce_loss["evidence"][0]["link"] == "gpu014 mlx5_0 port 1"
+    assert roce_loss["ports_with_errors"] == 1
+    # Coverage: every NIC of the inventory reported up to the end of the scenario.
+    for fabric, nics in (("infiniband", 12), ("roce", 4)):
+        cov = _group(report, "telemetry", fabric, "host")
+        assert (cov["value"], cov["expected"], cov["silent"]) == (1.0, nics, [])
+    # Placement: the lab jobs, each against the fewest leaves its size allows.
+    jobs = {j["job_id"] for g in report["questions"]["placement"]["groups"] for j in g["evidence"]}
+    assert "roce-c" in jobs
+    # Diagnosability: roce-c's slowdown names the NIC as its first mover.
+    diag = _group(report, "diagnosability", "roce", "all")
+    assert diag["incidents"] >= 1 and diag["share_named"] == 1.0 and diag["value"] > 0
+    assert any(r["first_mover"] == "nic gpu014" and r["job_id"] == "roce-c" for r in diag["evidence"])
+
+
+def test_the_fabric_command_prints_the_six_questions(fabric_worker: Any) -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["fabric", "--url", fabric_worker.web_url])
+    text = out.getvalue()
+    assert code == 0, text
+    for q in QUESTIONS:
+        assert f"\n{q}: " in text
+    assert "gpu014 mlx5_0 port 1" in text
