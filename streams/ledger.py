@@ -447,3 +447,37 @@ def report(ledger: Ledger, by: str, window: str, limit: int | None, event_time: 
     now = max(known) if known else wall
     out = ledger.rollup(by, now, seconds, limit)
     return {"as_of": now, "as_of_iso": format_ts(now), "window": window, **out}
+
+
+def heatmap(ledger: Ledger, by: str, window: str, bucket: str, limit: int | None, event_time: float | None,
+            wall: float) -> dict[str, Any]:
+    """The answer of ``GET /capacity/heatmap`` (the fleet page's leaf x time grid): :meth:`Ledger.buckets`
+    over ``window`` in ``bucket`` steps as of the same time :func:`report` uses; rows (one per group,
+    ``values`` the GPU-hours lost per bucket) by their total, largest first. The first bucket starts at
+    the multiple of ``bucket`` at or before ``as_of - window``. Raises :class:`LedgerError`.
+
+    >>> alert = {"alert_id": "a", "type": "job_slowdown", "status": "resolved", "job_id": "j", "gpus": 8,
+    ...          "started_at": "2025-11-30T10:30:00Z", "detected_at": "2025-11-30T10:30:00Z",
+    ...          "resolved_at": "2025-11-30T11:30:00Z", "symptom": {"baseline": 1.0, "value": 2.0, "ratio": 2.0},
+    ...          "root_cause": {"domain": "network", "layer": "switch", "source": "leaf1", "labels": {}}}
+    >>> h = heatmap(Ledger([entry_of(alert, {"leaf1": "leaf"})]), "leaf", "3h", "1h", None, None, 0.0)
+    >>> h["starts_iso"][0], [(r["id"], r["values"], r["gpu_hours"]) for r in h["rows"]]
+    ('2025-11-30T08:00:00.000Z', [('leaf1', [0.0, 0.0, 2.0, 2.0], 4.0)])
+    """
+    seconds, step = parse_window(window), parse_window(bucket)
+    if step > seconds or seconds / step > 1000:
+        raise LedgerError("bucket must be at most the window, and at most 1000 buckets per window")
+    known = [t for t in (event_time, ledger.latest) if t is not None]
+    now = max(known) if known else wall
+    start = now - seconds
+    first = math.floor(start / step) * step
+    series = ledger.buckets(by, now, step, start)
+    n = max(0, math.ceil((now - first) / step))
+    rows = sorted(((k, sum(v), v) for k, v in series.items()), key=lambda r: (-r[1], r[0]))
+    if limit is not None:
+        rows = rows[:limit]
+    return {"as_of": now, "as_of_iso": format_ts(now), "by": by, "window": window, "bucket": bucket,
+            "bucket_s": step, "starts": [first + i * step for i in range(n)],
+            "starts_iso": [format_ts(first + i * step) for i in range(n)],
+            "rows": [{"kind": k[0], "id": k[1], "gpu_hours": round(total / 3600.0, 4),
+                      "values": [round(v / 3600.0, 4) for v in vals]} for k, total, vals in rows]}
