@@ -77,7 +77,7 @@ QUERY = {
     "/capacity": {"by", "window", "limit"},
     # fabric health, placement and the fleet page (issue 22; streams/fabric_health.py, docs/capacity.md)
     "/capacity/heatmap": {"by", "window", "bucket", "limit"}, "/fabric/health": {"window", "limit"},
-    "/placement": {"gpus", "class"}, "/fleet": set(),
+    "/placement": {"gpus", "class"}, "/fleet": {"window"},
 }
 #: Routes whose answers are computed in the thread pool, at most ``web_max_heavy_requests`` at once
 #: (their cost grows with the cluster, the window or the store); everything else is answered on the
