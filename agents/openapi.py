@@ -181,6 +181,18 @@ def _schemas() -> dict[str, Any]:
                            "degraded_switches": {"type": "object", "additionalProperties": STR},
                            "contended_switches": {"type": "object", "additionalProperties": STR},
                            "as_of": NNUM})
+    s["SeriesSummary"] = _obj({"n": INT, "mean": NNUM, "p50": NNUM, "std": NNUM})
+    change = {"change": NNUM, "ci95": {"type": ["array", "null"], "items": NUM}, "relative": NNUM,
+              "significant": {"type": ["boolean", "null"]}}
+    s["BeforeAfter"] = {"type": ["object", "null"], "required": ["baseline", "during", "after", *change, "vs_baseline"],
+                        "properties": {"baseline": {"anyOf": [_ref("SeriesSummary"), {"type": "null"}]},
+                                       "during": _ref("SeriesSummary"), "after": _ref("SeriesSummary"), **change,
+                                       "vs_baseline": {"type": ["object", "null"]}}}
+    s["IncidentEffect"] = _obj({"incident": STR, "alert_id": STR, "job_id": STR, "entities": _arr(OBJ),
+                                "window_s": NUM, "cause_lane": NSTR, "held": BOOL,
+                                "step_time": _ref("BeforeAfter"), "cause": _ref("BeforeAfter")})
+    s["IncidentEffects"] = _obj({"window": STR, "as_of": NUM, "window_s": NUM, "compare_s": NUM,
+                                 "incidents": _arr(_ref("IncidentEffect"))})
     return s
 
 
@@ -290,6 +302,14 @@ def _document() -> dict[str, Any]:
                        required=False),
                 _param("limit", "query", "At most this many rows (1-1000, default 20)",
                        {"type": "integer", "minimum": 1, "maximum": 1000}, False)]),
+        "/capacity/effects": _get(
+            "getCapacityEffects", "Before and after each resolved incident: step time and the cause's lane",
+            "IncidentEffects", heavy=True, errors=(400,), params=[
+                _param("window", "query", "Incidents resolved in this window (default 7d)", required=False),
+                _param("limit", "query", "At most this many incidents (1-200, default 20)",
+                       {"type": "integer", "minimum": 1, "maximum": 200}, False)],
+            description="During the incident against after it, mean change with a 95% interval (Welch); "
+                        "docs/capacity.md \"Before and after\"."),
         "/fabric/health": _get(
             "getFabricHealth", "Degraded and recovered fabric entities: evidence, GPU-hours, drain suggestions",
             "FabricHealth", heavy=True, errors=(400,), params=[

@@ -55,7 +55,7 @@ from agents.topics import TopicCatalogue
 from models.errors import ConfigError
 from models.operator import AnnotationRequest, SilenceRequest
 from models.settings import LockstepSettings
-from streams import fabric_health, ledger, views
+from streams import before_after, fabric_health, ledger, views
 from streams.inventory import InventoryIndex
 from streams.placement import PlacementError
 from streams.readstore import ReadStore
@@ -77,14 +77,14 @@ QUERY = {
     "/capacity": {"by", "window", "limit"},
     # fabric health, placement and the fleet page (issue 22; streams/fabric_health.py, docs/capacity.md)
     "/capacity/heatmap": {"by", "window", "bucket", "limit"}, "/fabric/health": {"window", "limit"},
-    "/placement": {"gpus", "class"}, "/fleet": {"window"},
+    "/placement": {"gpus", "class"}, "/fleet": {"window"}, "/capacity/effects": {"window", "limit"},
 }
 #: Routes whose answers are computed in the thread pool, at most ``web_max_heavy_requests`` at once
 #: (their cost grows with the cluster, the window or the store); everything else is answered on the
 #: event loop at once (probes, ``/metrics`` from its cache, single records, the page, writes).
 HEAVY = frozenset({"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/timeline", "/jobs/{job_id}/diagnosis", "/alerts",
                    "/fabric/{switch}/{port}", "/silences", "/capacity",
-                   "/capacity/heatmap", "/fabric/health", "/placement"})
+                   "/capacity/heatmap", "/fabric/health", "/placement", "/capacity/effects"})
 #: The most of the event loop's time heavy views take while requests wait for a turn. Measured with
 #: tests/faults/test_read_load.py at 20,000 samples/s produced: ingest under read load kept 290/s
 #: with no pause between views, 8,600-9,600/s at 1/2, 7,100/s at 1/4 (the 429s cost loop time too).
@@ -268,6 +268,7 @@ class WebServer:
         r.add_get("/capacity/heatmap", self.capacity_heatmap)
         r.add_get("/fabric/health", self.fabric_health)
         r.add_get("/placement", self.placement)
+        r.add_get("/capacity/effects", self.capacity_effects)
         r.add_get("/fleet", self.fleet_page)
         r.add_post("/annotations", self.annotate)
         r.add_get("/silences", self.silences)
@@ -773,6 +774,25 @@ class WebServer:
                 return fabric_health.placement(inventory, self.store.ledger, gpus, klass, self._as_of(wall), pools)
             except PlacementError as exc:
                 raise views.QueryError(str(exc)) from None
+
+        return await self._heavy_json(request, compute)
+
+    async def capacity_effects(self, request: web.Request) -> web.Response:
+        """Before and after each recently resolved incident (streams.before_after, issue 22.4)."""
+        window = self._query(request, "window", "7d")
+        limit = self._int(request, "limit", 20)
+        if limit is None or not 1 <= limit <= 200:
+            raise error(400, "limit must be 1-200")
+        wall = self.clock()
+
+        def compute() -> Any:
+            try:
+                seconds = ledger.parse_window(window)
+            except ledger.LedgerError as exc:
+                raise views.QueryError(str(exc)) from None
+            out = before_after.effects(self.store, self.store.ledger, self._as_of(wall), seconds, limit,
+                                       float(self.settings.annotation_window_s))
+            return {"window": window, **out}
 
         return await self._heavy_json(request, compute)
 

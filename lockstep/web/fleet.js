@@ -117,6 +117,45 @@ function drawHealth(h) {
   }
 }
 
+function num(v, digits) {
+  return v === null || v === undefined ? "–" : Number(v).toFixed(digits);
+}
+
+// "-0.98 ± 0.01 (-49%)": the change of the mean, the half-width of its 95% interval, relative to during.
+function change(c, digits) {
+  if (!c || c.change === null) return "–";
+  const half = (c.ci95[1] - c.ci95[0]) / 2;
+  const rel = c.relative === null ? "" : ` (${c.relative > 0 ? "+" : ""}${Math.round(c.relative * 100)}%)`;
+  return `${c.change > 0 ? "+" : ""}${num(c.change, digits)} ± ${num(half, digits)}${rel}`;
+}
+
+function drawEffects(eff) {
+  const body = $("#effects");
+  body.replaceChildren();
+  if (!eff.incidents.length) {
+    body.append(el("tr", {}, el("td", { colspan: 9, class: "muted", text: "no incident resolved in this window" })));
+  }
+  for (const i of eff.incidents) {
+    const st = i.step_time, c = i.cause;
+    const who = i.entities.map((e) => e.id).join(" · ");
+    if (!i.held || !st) {
+      body.append(el("tr", { "data-alert": i.alert_id }, el("td", { text: i.job_id }), el("td", { text: who }),
+        el("td", { colspan: 7, class: "muted", text: "older than the read model's history" })));
+      continue;
+    }
+    body.append(el("tr", { "data-alert": i.alert_id },
+      el("td", {}, el("a", { href: `/alerts/${encodeURIComponent(i.alert_id)}`, text: i.job_id })),
+      el("td", { text: who }),
+      el("td", { class: "num", text: `${num(st.during.mean, 3)} s` }),
+      el("td", { class: "num", text: `${num(st.after.mean, 3)} s` }),
+      el("td", { class: "num", "data-role": "step-change", text: change(st, 3) }),
+      el("td", { class: "mono", text: i.cause_lane || "–" }),
+      el("td", { class: "num", text: c ? num(c.during.mean, 2) : "–" }),
+      el("td", { class: "num", text: c ? num(c.after.mean, 2) : "–" }),
+      el("td", { class: "num", "data-role": "cause-change", text: change(c, 2) })));
+  }
+}
+
 function drawHeatmap(hm) {
   const root = $("#heatmap");
   root.replaceChildren();
@@ -166,14 +205,16 @@ async function load() {
   const w = encodeURIComponent(state.window);
   const bucket = encodeURIComponent(BUCKET[state.window] || "1h");
   try {
-    const [cap, hm, health] = await Promise.all([
+    const [cap, hm, health, eff] = await Promise.all([
       api(`/capacity?by=entity&window=${w}&limit=10`),
       api(`/capacity/heatmap?by=leaf&window=${w}&bucket=${bucket}&limit=30`),
       api(`/fabric/health?window=${w}`),
+      api(`/capacity/effects?window=${w}&limit=10`),
     ]);
     drawOffenders(cap);
     drawHeatmap(hm);
     drawHealth(health);
+    drawEffects(eff);
     $("#asof").textContent = visible(`event time ${when(cap.as_of_iso)} UTC`);
     $("#fleet-msg").textContent = visible("");
     $("#fleet-msg").className = "msg";

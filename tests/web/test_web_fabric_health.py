@@ -94,3 +94,31 @@ def test_fabric_health_answers_conform_to_the_openapi_document(seed_worker: Live
                            ("/placement?gpus=x", "/placement"), ("/capacity/heatmap", "/capacity/heatmap"),
                            ("/capacity/heatmap?by=port&window=2h&bucket=10m", "/capacity/heatmap")]:
         conforms(doc, get(seed_worker.url, path), template)
+
+
+def test_before_and_after_the_seed_incident_step_time_and_the_ports_errors_fall_back(seed_worker: LiveWorker) -> None:
+    alert, _ = seed_slowdown(seed_worker)
+    r = get(seed_worker.url, "/capacity/effects?window=7d")
+    assert r.status == 200, r.body
+    (inc,) = r.json["incidents"]
+    assert inc["alert_id"] == alert["alert_id"] and inc["held"] and inc["cause_lane"] == "fabric_errors"
+    st, cause = inc["step_time"], inc["cause"]
+    # the slowest rank's step time roughly doubled during the incident, and came back after it
+    assert st["during"]["n"] >= 50 and st["after"]["n"] >= 10 and st["baseline"]["n"] >= 30
+    assert st["during"]["mean"] > 1.5 * st["after"]["mean"]
+    assert st["change"] < 0 and st["ci95"][1] < 0 and st["significant"]
+    assert abs(st["vs_baseline"]["relative"]) < 0.1  # back within 10% of before the incident
+    # the port's symbol errors (the job's worst fabric entity) stopped
+    assert cause["during"]["mean"] > 10 * max(cause["after"]["mean"], 0.1) and cause["significant"]
+    for bad in ("limit=0", "window=7", "limit=201"):
+        assert get(seed_worker.url, f"/capacity/effects?{bad}").status == 400
+
+
+def test_before_and_after_conforms_to_the_openapi_document(seed_worker: LiveWorker) -> None:
+    from agents.openapi import openapi_document
+
+    from .test_web_openapi import conforms
+
+    doc = openapi_document()
+    for path in ("/capacity/effects", "/capacity/effects?window=1h", "/capacity/effects?limit=x"):
+        conforms(doc, get(seed_worker.url, path), "/capacity/effects")

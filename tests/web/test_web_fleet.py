@@ -1,6 +1,7 @@
 """The fleet page in headless Chromium, against a live worker that replayed the seed incident: the top
 offenders table and the leaf x time heatmap hold the ledger's numbers (the seed slowdown's cost, by the
-formula from the alert), the fabric-health table lists leaf03 port 17 as recovered. Saves
+formula from the alert), the fabric-health table lists leaf03 port 17 as recovered, and the
+before/after table shows the step time's change with its interval. Saves
 ``docs/img/fleet.png`` (the README shows it). Without chromium this test FAILS, as the timeline
 page's does. The page's text escaping is checked as the timeline page's is."""
 
@@ -37,6 +38,9 @@ DRAWN = """(() => ({
   health: [...document.querySelectorAll('#health tr[data-id]')].map((tr) => [tr.dataset.kind, tr.dataset.id,
                                                                               tr.dataset.state]),
   drain: document.querySelector('#drain').textContent,
+  effects: [...document.querySelectorAll('#effects tr[data-alert]')].map((tr) => [tr.dataset.alert,
+    tr.querySelector('[data-role=step-change]')?.textContent,
+    tr.querySelector('[data-role=cause-change]')?.textContent]),
   msg: document.querySelector('#fleet-msg').textContent,
 }))()"""
 
@@ -82,6 +86,12 @@ def test_the_fleet_page_shows_the_seed_incidents_cost_per_entity_and_on_the_heat
     # fabric health: the port and its leaf recovered, nothing to drain
     assert drawn["health"] == [["port", "leaf03:17", "recovered"], ["leaf", "leaf03", "recovered"]]
     assert drawn["drain"] == "nothing to drain"
+    # before and after: the step time's change of the mean with its interval, as /capacity/effects says
+    (inc,) = get(seed_worker.url, "/capacity/effects?window=1d&limit=10").json["incidents"]
+    ((alert_id, step_change, cause_change),) = drawn["effects"]
+    st = inc["step_time"]
+    assert alert_id == inc["alert_id"] and step_change.startswith(f"{st['change']:.3f} ± ") and "%)" in step_change
+    assert cause_change.startswith(f"{inc['cause']['change']:.2f} ± ")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and SCREENSHOT.stat().st_size > 20_000
 
 
