@@ -52,6 +52,8 @@ from streams.placement import Fabric, Request, avoid_from, exclude_hostlist, pla
 FABRIC_KINDS = ("port", "nic", "leaf", "spine", "core", "switch")
 #: Incidents in the window from which a recovered entity is called flapping (and a drain suggested).
 FLAP_INCIDENTS = 2
+#: Incidents given as an entity's evidence (its latest; ``incidents`` counts them all).
+MAX_EVIDENCE = 5
 #: Record type on the ``fabric-health`` topic.
 RECORD_TYPE = "entity_health"
 
@@ -88,8 +90,10 @@ def _evidence(entry: LedgerEntry, alert: Mapping[str, Any] | None, now: float) -
 def health(ledger: Ledger, alerts: Mapping[str, Mapping[str, Any]], inv: InventoryIndex | None, now: float,
            window_s: float, limit: int | None = None) -> dict[str, Any]:
     """The degraded and recently recovered fabric entities in ``[now - window_s, now)``, degraded first,
-    then by GPU-hours lost: ``{"from", "to", "entities": [...], "drain": [...], "exclude"}``.
-    ``alerts``: alert_id -> the latest alert record (the evidence). See the module docstring."""
+    then by GPU-hours lost, at most ``limit``: ``{"from", "to", "degraded", "entities": [...], "drain": [...],
+    "exclude"}``; ``degraded`` counts every degraded entity, ``drain`` and ``exclude`` cover the listed ones;
+    each entity's evidence is its latest :data:`MAX_EVIDENCE` incidents. ``alerts``: alert_id -> the
+    latest alert record. See the module docstring."""
     start = now - window_s
     by_entity: dict[Entity, list[LedgerEntry]] = {}
     for e in ledger.entries.values():
@@ -97,29 +101,33 @@ def health(ledger: Ledger, alerts: Mapping[str, Mapping[str, Any]], inv: Invento
             for ent in e.entities:
                 if ent.kind in FABRIC_KINDS:
                     by_entity.setdefault(ent, []).append(e)
-    lost = {(r["kind"], r["id"]): r for r in ledger.rollup("entity", now, window_s)["rows"]}
-    out: list[dict[str, Any]] = []
+    lost = ledger.costs("entity", now, window_s)
+    rows: list[tuple[Entity, list[LedgerEntry], list[LedgerEntry], float]] = []
     for ent, entries in by_entity.items():
-        entries.sort(key=lambda x: (x.onset, x.key))
         open_ = [x for x in entries if x.end is None]
-        row = lost.get((ent.kind, ent.id), {})
+        rows.append((ent, entries, open_, lost.get((ent.kind, ent.id), 0.0)))
+    rows.sort(key=lambda r: (not r[2], -round(r[3], 3), FABRIC_KINDS.index(r[0].kind), r[0].id))
+    degraded = sum(1 for r in rows if r[2])
+    if limit is not None:
+        rows = rows[:limit]
+    out: list[dict[str, Any]] = []
+    # the evidence, the nodes and the times only for the entities listed (a week may hold thousands)
+    for ent, entries, open_, cost in rows:
+        entries.sort(key=lambda x: (x.onset, x.key))
         out.append({
             "kind": ent.kind, "id": ent.id, "state": "degraded" if open_ else "recovered",
-            "gpu_seconds": row.get("gpu_seconds", 0.0), "gpu_hours": row.get("gpu_hours", 0.0),
+            "gpu_seconds": round(cost, 3), "gpu_hours": round(cost / 3600.0, 4),
             "at_stake_gpus": round(sum(x.gpus_lost for x in open_), 3),
             "incidents": len(entries), "open": len(open_), "jobs": sorted({x.job_id for x in entries}),
             "since_iso": format_ts(entries[0].onset),
             "last_seen_iso": format_ts(max(x.until(now) for x in entries)),
             "nodes": nodes_behind(ent, inv),
-            "evidence": [_evidence(x, alerts.get(x.alert_id), now) for x in entries],
+            "evidence": [_evidence(x, alerts.get(x.alert_id), now) for x in entries[-MAX_EVIDENCE:]],
         })
-    out.sort(key=lambda r: (r["state"] != "degraded", -r["gpu_seconds"], FABRIC_KINDS.index(r["kind"]), r["id"]))
     drain = drain_suggestions(out)
-    if limit is not None:
-        out = out[:limit]
     nodes = sorted({n for d in drain for n in d["nodes"]})
     return {"from": start, "to": now, "from_iso": format_ts(start), "to_iso": format_ts(now),
-            "degraded": sum(1 for r in out if r["state"] == "degraded"), "entities": out, "drain": drain,
+            "degraded": degraded, "entities": out, "drain": drain,
             "exclude": str(hostlist.collect_hostlist(nodes)) if nodes else ""}
 
 

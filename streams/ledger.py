@@ -408,6 +408,16 @@ class Ledger:
                 "gpu_seconds": round(total, 3), "gpu_hours": round(total / 3600.0, 4), "incidents": len(groups_of),
                 "rows": [r.to_json() for r in ordered]}
 
+    def costs(self, by: str, now: float, window_s: float) -> dict[tuple[str, str], float]:
+        """GPU-seconds lost in ``[now - window_s, now)`` per group: :meth:`rollup`'s ``gpu_seconds`` alone
+        (no row sets, no JSON), for views that need only the figure."""
+        out: dict[tuple[str, str], float] = {}
+        for e, a, b in self.charged(now, now - window_s, now):
+            cost = e.gpus * e.fraction * (b - a)
+            for g in _groups(e, by):
+                out[g] = out.get(g, 0.0) + cost
+        return out
+
     def buckets(self, by: str, now: float, bucket_s: float, start: float) -> dict[tuple[str, str], list[float]]:
         """GPU-seconds lost per ``bucket_s`` bucket from ``start`` (aligned on multiples of ``bucket_s``) to
         ``now``, per group: the hour/day/week series (a leaf x time heatmap is ``by="leaf"``)."""

@@ -129,3 +129,13 @@ def test_placement_leaves_out_busy_drained_and_degraded_nodes_and_gives_the_excl
     assert short["candidates"] == [] and short["reason"] == "only 40 GPUs are free and healthy; 48 asked"
     with pytest.raises(PlacementError, match="class must be one of"):
         placement(inv, led, 8, "bursty", T0)
+
+
+def test_the_costs_are_the_rollups_figures() -> None:
+    alerts = [alert("a1", "j1", 100, 400), alert("a2", "j1", 200, 300, ratio=4.0),
+              alert("a3", "j2", 50, None, source="l2", labels={"port": "1"})]
+    led = ledger_of(*alerts)
+    costs = led.costs("entity", T0 + 500, 3600)
+    rows = led.rollup("entity", T0 + 500, 3600)["rows"]
+    assert {(r["kind"], r["id"]): r["gpu_seconds"] for r in rows} == {k: round(v, 3) for k, v in costs.items()}
+    assert costs[("port", "l1:2")] == 16 * 0.5 * 200 + 16 * 0.75 * 100  # a2 is charged while it loses more
