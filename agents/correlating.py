@@ -27,8 +27,9 @@ from agents.runtime import Runtime
 from agents.snapshots import read_snapshot
 from agents.topics import CORRELATOR_STATE_TABLE
 from models.errors import InternalError, ValidationFailed
+from streams.fabric_health import health_records
 from streams.jobs import JobPartition
-from streams.ledger import entry_of
+from streams.ledger import LedgerEntry, entry_of
 
 log = logging.getLogger("lockstep.agents")
 
@@ -39,6 +40,7 @@ class Correlate:
         self.state = rt.state
         self.metrics = rt.metrics
         self.capacity_topic: Any = None  # made at the first costed alert (issue 22)
+        self.health_topic: Any = None  # made at the first costed alert with a fabric root cause
 
     # -- the agents -----------------------------------------------------------------------------
     async def run(self, stream: faust.StreamT[bytes]) -> None:
@@ -185,6 +187,18 @@ class Correlate:
             self.capacity_topic = rt.app.topic(rt.catalogue.capacity, key_serializer="raw", value_serializer="raw",
                                                partitions=rt.settings.alerts_partitions)
         await rt.send(self.capacity_topic, entry.alert_id.encode(), orjson.dumps(entry.to_record()))
+        await self.send_health(entry)
+
+    async def send_health(self, entry: LedgerEntry) -> None:
+        """The incident's ``fabric-health`` records (streams.fabric_health), one per fabric entity of its
+        root cause, keyed ``kind:id`` (every record of an entity on one partition, in order)."""
+        rt = self.rt
+        records = health_records(entry, rt.inventory)
+        if records and self.health_topic is None:
+            self.health_topic = rt.app.topic(rt.catalogue.fabric_health, key_serializer="raw",
+                                             value_serializer="raw", partitions=rt.settings.alerts_partitions)
+        for key, rec in records:
+            await rt.send(self.health_topic, key.encode(), orjson.dumps(rec))
 
     # -- recovery -------------------------------------------------------------------------------
     async def resume(self, corr: JobPartition, partition: int, first: int | None,

@@ -162,6 +162,45 @@ def _schemas() -> dict[str, Any]:
     s["CapacityReport"] = _obj({"as_of": NUM, "as_of_iso": STR, "window": STR, "by": STR, "window_s": NNUM,
                                 "from": NNUM, "to": NUM, "from_iso": NSTR, "to_iso": STR, "gpu_seconds": NUM,
                                 "gpu_hours": NUM, "incidents": INT, "rows": _arr(_ref("CapacityRow"))})
+    # fabric health, placement, the fleet page's heatmap (issue 22; streams/fabric_health.py)
+    s["CapacityHeatmap"] = _obj({"as_of": NUM, "as_of_iso": STR, "by": STR, "window": STR, "bucket": STR,
+                                 "bucket_s": NUM, "starts": _arr(NUM), "starts_iso": _arr(STR),
+                                 "rows": _arr(_obj({"kind": STR, "id": STR, "gpu_hours": NUM,
+                                                    "values": _arr(NUM)}))})
+    s["HealthEvidence"] = _obj({"alert_id": STR, "alert_type": STR, "status": STR, "job_id": STR, "gpus": INT,
+                                "ratio": NUM, "onset_iso": STR, "end_iso": NSTR, "gpu_seconds": NUM,
+                                "root_cause": OBJ, "first_mover": {"type": ["object", "null"]},
+                                "summary": NSTR})
+    s["HealthEntity"] = _obj({"kind": STR, "id": STR, "state": {"enum": ["degraded", "recovered"]},
+                              "gpu_seconds": NUM, "gpu_hours": NUM, "at_stake_gpus": NUM, "incidents": INT,
+                              "open": INT, "jobs": _arr(STR), "since_iso": STR, "last_seen_iso": STR,
+                              "nodes": _arr(STR), "evidence": _arr(_ref("HealthEvidence"))})
+    s["DrainSuggestion"] = _obj({"kind": STR, "id": STR, "action": {"enum": ["drain", "inspect"]},
+                                 "nodes": _arr(STR), "hostlist": STR, "reason": STR, "command": NSTR})
+    s["FabricHealth"] = _obj({"as_of": NUM, "window": STR, "from": NUM, "to": NUM, "from_iso": STR, "to_iso": STR,
+                              "degraded": INT, "entities": _arr(_ref("HealthEntity")),
+                              "drain": _arr(_ref("DrainSuggestion")), "exclude": STR})
+    s["PlacementCandidate"] = _obj({"rank": INT, "nodes": _arr(STR), "hostlist": STR, "gpus": INT,
+                                    "leaves": _arr(STR), "spines": _arr(STR), "pods": INT, "degraded": _arr(STR),
+                                    "contended": _arr(STR), "reason": STR})
+    s["Placement"] = _obj({"gpus": INT, "class": STR, "min_leaves": INT, "free_gpus": INT,
+                           "avoided": {"type": "object", "additionalProperties": STR}, "reason": STR,
+                           "candidates": _arr(_ref("PlacementCandidate")), "exclude": STR, "busy": INT,
+                           "degraded_switches": {"type": "object", "additionalProperties": STR},
+                           "contended_switches": {"type": "object", "additionalProperties": STR},
+                           "as_of": NNUM})
+    s["SeriesSummary"] = _obj({"n": INT, "mean": NNUM, "p50": NNUM, "std": NNUM})
+    change = {"change": NNUM, "ci95": {"type": ["array", "null"], "items": NUM}, "relative": NNUM,
+              "significant": {"type": ["boolean", "null"]}}
+    s["BeforeAfter"] = {"type": ["object", "null"], "required": ["baseline", "during", "after", *change, "vs_baseline"],
+                        "properties": {"baseline": {"anyOf": [_ref("SeriesSummary"), {"type": "null"}]},
+                                       "during": _ref("SeriesSummary"), "after": _ref("SeriesSummary"), **change,
+                                       "vs_baseline": {"type": ["object", "null"]}}}
+    s["IncidentEffect"] = _obj({"incident": STR, "alert_id": STR, "job_id": STR, "entities": _arr(OBJ),
+                                "window_s": NUM, "cause_lane": NSTR, "held": BOOL,
+                                "step_time": _ref("BeforeAfter"), "cause": _ref("BeforeAfter")})
+    s["IncidentEffects"] = _obj({"window": STR, "as_of": NUM, "window_s": NUM, "compare_s": NUM,
+                                 "incidents": _arr(_ref("IncidentEffect"))})
     return s
 
 
@@ -267,6 +306,38 @@ def _document() -> dict[str, Any]:
             "FabricReport", heavy=True,
             description="Bandwidth, congestion, loss, telemetry coverage, placement, diagnosability "
                         "(docs/fabric.md), as of the latest event time the read model holds."),
+        "/capacity/heatmap": _get(
+            "getCapacityHeatmap", "GPU-hours lost per group and time bucket (the fleet page's leaf x time grid)",
+            "CapacityHeatmap", heavy=True, errors=(400,), params=[
+                _param("by", "query", "leaf (default), or any grouping /capacity takes", required=False),
+                _param("window", "query", "hour, day, week or <n>s|m|h|d|w (default 1d)", required=False),
+                _param("bucket", "query", "The bucket, same syntax (default 1h; at most 1000 per window)",
+                       required=False),
+                _param("limit", "query", "At most this many rows (1-1000, default 20)",
+                       {"type": "integer", "minimum": 1, "maximum": 1000}, False)]),
+        "/capacity/effects": _get(
+            "getCapacityEffects", "Before and after each resolved incident: step time and the cause's lane",
+            "IncidentEffects", heavy=True, errors=(400,), params=[
+                _param("window", "query", "Incidents resolved in this window (default 7d)", required=False),
+                _param("limit", "query", "At most this many incidents (1-200, default 20)",
+                       {"type": "integer", "minimum": 1, "maximum": 200}, False)],
+            description="During the incident against after it, mean change with a 95% interval (Welch); "
+                        "docs/capacity.md \"Before and after\"."),
+        "/fabric/health": _get(
+            "getFabricHealth", "Degraded and recovered fabric entities: evidence, GPU-hours, drain suggestions",
+            "FabricHealth", heavy=True, errors=(400,), params=[
+                _param("window", "query", "hour, day, week or <n>s|m|h|d|w (default 1d)", required=False),
+                _param("limit", "query", "At most this many entities (1-1000, default 50)",
+                       {"type": "integer", "minimum": 1, "maximum": 1000}, False)],
+            description="From the ledger's incidents and the alerts (docs/capacity.md \"Fabric health\")."),
+        "/placement": _get(
+            "getPlacement", "Candidate node sets for N GPUs, ranked with the reason, and the advisory --exclude",
+            "Placement", heavy=True, errors=(400,), params=[
+                _param("gpus", "query", "GPUs asked (1-1000000)", {"type": "integer", "minimum": 1}, True),
+                _param("class", "query", "tightly-coupled (default) or data-loader-heavy",
+                       {"enum": ["tightly-coupled", "data-loader-heavy"]}, False)],
+            description="Over the live inventory, away from drained, down, busy nodes and the entities of the "
+                        "ledger's open incidents (docs/capacity.md \"Placement advice\")."),
         "/annotations": {
             **_get("listAnnotations", "Operator annotations, oldest first", "AnnotationList",
                    params=[_param("job", "query", "Only this job's annotations")]),

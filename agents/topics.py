@@ -121,6 +121,12 @@ class TopicCatalogue:
         """GPU-time lost per incident (issue 22; streams/ledger.py, docs/capacity.md)."""
         return self._n("capacity")
 
+    @property
+    def fabric_health(self) -> str:
+        """Degraded and recovered fabric entities, one record per incident version (issue 22;
+        streams/fabric_health.py, docs/capacity.md)."""
+        return self._n("fabric-health")
+
     def changelog(self, table: str) -> str:
         return f"{self.settings.app_id}-{table}-changelog"
 
@@ -161,6 +167,8 @@ class TopicCatalogue:
                       s.telemetry_retention_ms),
             TopicSpec(self.capacity, s.alerts_partitions, "alert_id", "GPU-seconds lost per incident, by root-cause "
                       "entity (docs/capacity.md)", s.alerts_retention_ms),
+            TopicSpec(self.fabric_health, s.alerts_partitions, "kind:id", "degraded/recovered fabric entities with "
+                      "their evidence (docs/capacity.md)", s.alerts_retention_ms),
             TopicSpec(self.annotations, s.inventory_partitions, "job_id", "operator annotations (a fix, a change) "
                       "for before/after comparisons (docs/api.md)", s.alerts_retention_ms),
             TopicSpec(self.silences, s.inventory_partitions, "silence_id",

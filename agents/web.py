@@ -55,8 +55,9 @@ from agents.topics import TopicCatalogue
 from models.errors import ConfigError
 from models.operator import AnnotationRequest, SilenceRequest
 from models.settings import LockstepSettings
-from streams import fabric, ledger, views
+from streams import before_after, fabric, fabric_health, ledger, views
 from streams.inventory import InventoryIndex
+from streams.placement import PlacementError
 from streams.readstore import ReadStore
 
 log = logging.getLogger("lockstep.web")
@@ -76,12 +77,16 @@ QUERY = {
     "/capacity": {"by", "window", "limit"},
     "/api/v1/alertmanager": set(),
     "/fabric/report": set(),
+    # fabric health, placement and the fleet page (issue 22; streams/fabric_health.py, docs/capacity.md)
+    "/capacity/heatmap": {"by", "window", "bucket", "limit"}, "/fabric/health": {"window", "limit"},
+    "/placement": {"gpus", "class"}, "/fleet": {"window"}, "/capacity/effects": {"window", "limit"},
 }
 #: Routes whose answers are computed in the thread pool, at most ``web_max_heavy_requests`` at once
 #: (their cost grows with the cluster, the window or the store); everything else is answered on the
 #: event loop at once (probes, ``/metrics`` from its cache, single records, the page, writes).
 HEAVY = frozenset({"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/timeline", "/jobs/{job_id}/diagnosis", "/alerts",
-                   "/fabric/{switch}/{port}", "/silences", "/capacity", "/fabric/report"})
+                   "/fabric/{switch}/{port}", "/silences", "/capacity", "/fabric/report",
+                   "/capacity/heatmap", "/fabric/health", "/placement", "/capacity/effects"})
 #: The most of the event loop's time heavy views take while requests wait for a turn. Measured with
 #: tests/faults/test_read_load.py at 20,000 samples/s produced: ingest under read load kept 290/s
 #: with no pause between views, 8,600-9,600/s at 1/2, 7,100/s at 1/4 (the 429s cost loop time too).
@@ -263,6 +268,11 @@ class WebServer:
         r.add_get("/fabric/report", self.fabric_report)
         r.add_get("/annotations", self.annotations)
         r.add_get("/capacity", self.capacity)
+        r.add_get("/capacity/heatmap", self.capacity_heatmap)
+        r.add_get("/fabric/health", self.fabric_health)
+        r.add_get("/placement", self.placement)
+        r.add_get("/capacity/effects", self.capacity_effects)
+        r.add_get("/fleet", self.fleet_page)
         r.add_post("/annotations", self.annotate)
         r.add_get("/silences", self.silences)
         r.add_post("/silences", self.silence_create)
@@ -714,6 +724,92 @@ class WebServer:
         times = [t for t in (store.fabric.latest, store.event_time) if t is not None]
         now = max(times) if times else self.clock()
         return await self._heavy_json(request, lambda: fabric.fabric_report(store.fabric, inventory, store, now))
+
+    # -- handlers: the fleet (issue 22; streams/fabric_health.py, docs/capacity.md) ----------------
+    async def fleet_page(self, request: web.Request) -> web.Response:
+        resp = web.Response(body=(WEB_ROOT / "fleet.html").read_bytes(), content_type="text/html", charset="utf-8")
+        resp.headers["Content-Security-Policy"] = CSP
+        return resp
+
+    async def capacity_heatmap(self, request: web.Request) -> web.Response:
+        """GPU-hours lost per group and time bucket (streams.ledger.heatmap): the fleet page's grid."""
+        by, window = self._query(request, "by", "leaf"), self._query(request, "window", "1d")
+        bucket, limit = self._query(request, "bucket", "1h"), self._int(request, "limit", 20)
+        if limit is not None and not 1 <= limit <= 1000:
+            raise error(400, "limit must be 1-1000")
+        wall = self.clock()
+
+        def compute() -> Any:
+            try:
+                return ledger.heatmap(self.store.ledger, by, window, bucket, limit, self.store.event_time, wall)
+            except ledger.LedgerError as exc:
+                raise views.QueryError(str(exc)) from None
+
+        return await self._heavy_json(request, compute)
+
+    async def fabric_health(self, request: web.Request) -> web.Response:
+        """Degraded and recovered fabric entities with their evidence, GPU-hours and drain suggestions."""
+        window = self._query(request, "window", "1d")
+        limit = self._int(request, "limit", 50)
+        if limit is not None and not 1 <= limit <= 1000:
+            raise error(400, "limit must be 1-1000")
+        wall, inventory = self.clock(), self.worker.inventory
+
+        def compute() -> Any:
+            try:
+                seconds = ledger.parse_window(window)
+            except ledger.LedgerError as exc:
+                raise views.QueryError(str(exc)) from None
+            now = self._as_of(wall)
+            alerts = {k: e.latest for k, e in self.store.alerts.items()}
+            out = fabric_health.health(self.store.ledger, alerts, inventory, now, seconds, limit)
+            return {"as_of": now, "window": window, **out}
+
+        return await self._heavy_json(request, compute)
+
+    async def placement(self, request: web.Request) -> web.Response:
+        """Candidate node sets for ``gpus`` GPUs of ``class`` on the live inventory, away from what the
+        ledger's open incidents degrade (streams.fabric_health.placement)."""
+        gpus = self._int(request, "gpus", None)
+        if gpus is None or not 1 <= gpus <= 1_000_000:
+            raise error(400, "gpus is required: a whole number of GPUs, 1-1000000")
+        klass = self._query(request, "class", "tightly-coupled")
+        wall, inventory = self.clock(), self.worker.inventory
+
+        def compute() -> Any:
+            pools = sorted({str(e.latest["root_cause"].get("source")) for e in self.store.alerts.values()
+                            if e.latest.get("type") == "checkpoint_contention" and e.latest.get("status") == "firing"
+                            and (e.latest.get("root_cause") or {}).get("source")})
+            try:
+                return fabric_health.placement(inventory, self.store.ledger, gpus, klass, self._as_of(wall), pools)
+            except PlacementError as exc:
+                raise views.QueryError(str(exc)) from None
+
+        return await self._heavy_json(request, compute)
+
+    async def capacity_effects(self, request: web.Request) -> web.Response:
+        """Before and after each recently resolved incident (streams.before_after, issue 22.4)."""
+        window = self._query(request, "window", "7d")
+        limit = self._int(request, "limit", 20)
+        if limit is None or not 1 <= limit <= 200:
+            raise error(400, "limit must be 1-200")
+        wall = self.clock()
+
+        def compute() -> Any:
+            try:
+                seconds = ledger.parse_window(window)
+            except ledger.LedgerError as exc:
+                raise views.QueryError(str(exc)) from None
+            out = before_after.effects(self.store, self.store.ledger, self._as_of(wall), seconds, limit,
+                                       float(self.settings.annotation_window_s))
+            return {"window": window, **out}
+
+        return await self._heavy_json(request, compute)
+
+    def _as_of(self, wall: float) -> float:
+        """The read model's event time (or the ledger's latest, if later), the wall clock when neither."""
+        known = [t for t in (self.store.event_time, self.store.ledger.latest) if t is not None]
+        return max(known) if known else wall
 
     async def annotations(self, request: web.Request) -> web.Response:
         job = self._query(request, "job")

@@ -408,6 +408,16 @@ class Ledger:
                 "gpu_seconds": round(total, 3), "gpu_hours": round(total / 3600.0, 4), "incidents": len(groups_of),
                 "rows": [r.to_json() for r in ordered]}
 
+    def costs(self, by: str, now: float, window_s: float) -> dict[tuple[str, str], float]:
+        """GPU-seconds lost in ``[now - window_s, now)`` per group: :meth:`rollup`'s ``gpu_seconds`` alone
+        (no row sets, no JSON), for views that need only the figure."""
+        out: dict[tuple[str, str], float] = {}
+        for e, a, b in self.charged(now, now - window_s, now):
+            cost = e.gpus * e.fraction * (b - a)
+            for g in _groups(e, by):
+                out[g] = out.get(g, 0.0) + cost
+        return out
+
     def buckets(self, by: str, now: float, bucket_s: float, start: float) -> dict[tuple[str, str], list[float]]:
         """GPU-seconds lost per ``bucket_s`` bucket from ``start`` (aligned on multiples of ``bucket_s``) to
         ``now``, per group: the hour/day/week series (a leaf x time heatmap is ``by="leaf"``)."""
@@ -447,3 +457,37 @@ def report(ledger: Ledger, by: str, window: str, limit: int | None, event_time: 
     now = max(known) if known else wall
     out = ledger.rollup(by, now, seconds, limit)
     return {"as_of": now, "as_of_iso": format_ts(now), "window": window, **out}
+
+
+def heatmap(ledger: Ledger, by: str, window: str, bucket: str, limit: int | None, event_time: float | None,
+            wall: float) -> dict[str, Any]:
+    """The answer of ``GET /capacity/heatmap`` (the fleet page's leaf x time grid): :meth:`Ledger.buckets`
+    over ``window`` in ``bucket`` steps as of the same time :func:`report` uses; rows (one per group,
+    ``values`` the GPU-hours lost per bucket) by their total, largest first. The first bucket starts at
+    the multiple of ``bucket`` at or before ``as_of - window``. Raises :class:`LedgerError`.
+
+    >>> alert = {"alert_id": "a", "type": "job_slowdown", "status": "resolved", "job_id": "j", "gpus": 8,
+    ...          "started_at": "2025-11-30T10:30:00Z", "detected_at": "2025-11-30T10:30:00Z",
+    ...          "resolved_at": "2025-11-30T11:30:00Z", "symptom": {"baseline": 1.0, "value": 2.0, "ratio": 2.0},
+    ...          "root_cause": {"domain": "network", "layer": "switch", "source": "leaf1", "labels": {}}}
+    >>> h = heatmap(Ledger([entry_of(alert, {"leaf1": "leaf"})]), "leaf", "3h", "1h", None, None, 0.0)
+    >>> h["starts_iso"][0], [(r["id"], r["values"], r["gpu_hours"]) for r in h["rows"]]
+    ('2025-11-30T08:00:00.000Z', [('leaf1', [0.0, 0.0, 2.0, 2.0], 4.0)])
+    """
+    seconds, step = parse_window(window), parse_window(bucket)
+    if step > seconds or seconds / step > 1000:
+        raise LedgerError("bucket must be at most the window, and at most 1000 buckets per window")
+    known = [t for t in (event_time, ledger.latest) if t is not None]
+    now = max(known) if known else wall
+    start = now - seconds
+    first = math.floor(start / step) * step
+    series = ledger.buckets(by, now, step, start)
+    n = max(0, math.ceil((now - first) / step))
+    rows = sorted(((k, sum(v), v) for k, v in series.items()), key=lambda r: (-r[1], r[0]))
+    if limit is not None:
+        rows = rows[:limit]
+    return {"as_of": now, "as_of_iso": format_ts(now), "by": by, "window": window, "bucket": bucket,
+            "bucket_s": step, "starts": [first + i * step for i in range(n)],
+            "starts_iso": [format_ts(first + i * step) for i in range(n)],
+            "rows": [{"kind": k[0], "id": k[1], "gpu_hours": round(total / 3600.0, 4),
+                      "values": [round(v / 3600.0, 4) for v in vals]} for k, total, vals in rows]}

@@ -39,3 +39,28 @@ def test_a_slowdown_alert_goes_out_with_its_capacity_record(_loop: Any) -> None:
     assert [(e.kind, e.id) for e in entry.entities] == [("port", "leaf01:7"), ("leaf", "leaf01")]
     order = [t for t, *_ in sent if t in ("lockstep.alerts", "lockstep.capacity")]
     assert order == ["lockstep.alerts", "lockstep.capacity"]  # the alert first, then what it cost
+
+
+def test_the_same_alert_goes_out_with_a_fabric_health_record_per_fabric_entity(_loop: Any) -> None:
+    app, _, sent = make()
+    base = {"type": "anomaly", "job_id": "j1", "confirmed_ts": T0 + 11, "labels": {"port": "7"}, "direction": "up",
+            "value": 50.0, "p50": 0.0, "p99": 0.0, "score": 0.99, "relation": "port", "origin": "o"}
+    cause = dict(base, phase="start", ts=T0 + 10, layer="switch", source="leaf01", metric="SymbolErrorCounter",
+                 meaning="link_errors", role="cause")
+    symptom = dict(base, phase="start", ts=T0 + 15, confirmed_ts=T0 + 16, layer="step", source="n1",
+                   metric="step_time_seconds", meaning="step_time", role="symptom", value=2.0, p50=1.0,
+                   labels={"job_id": "j1", "rank": "0"})
+
+    async def go() -> None:
+        async with app.agents["correlate"].test_context() as agent:
+            for rec in (cause, symptom, {"type": "watermark", "origins": {"o": T0 + 60}}):
+                await agent.put(orjson.dumps(rec), key=b"j1", partition=0)
+
+    _loop.run_until_complete(go())
+    health = [(k, r) for t, k, r, _ in sent if t == "lockstep.fabric-health"]
+    assert [k for k, _ in health] == [b"port:leaf01:7", b"leaf:leaf01"]
+    for _, rec in health:
+        assert rec["type"] == "entity_health" and rec["state"] == "degraded" and rec["job_id"] == "j1"
+        assert rec["at_stake_gpus"] == 16 * 0.5 and rec["gpu_seconds"] is None  # still firing
+    order = [t for t, *_ in sent if t in ("lockstep.capacity", "lockstep.fabric-health")]
+    assert order == ["lockstep.capacity", "lockstep.fabric-health", "lockstep.fabric-health"]

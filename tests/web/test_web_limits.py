@@ -114,7 +114,9 @@ def test_every_heavy_route_is_limited() -> None:
         server._heavy = server.settings.web_max_heavy_requests  # every slot taken
         paths = {"/jobs": "/jobs", "/jobs/{job_id}": "/jobs/j", "/jobs/{job_id}/timeline": "/jobs/j/timeline",
                  "/jobs/{job_id}/diagnosis": "/jobs/j/diagnosis", "/alerts": "/alerts",
-                 "/fabric/{switch}/{port}": "/fabric/leaf01/1", "/silences": "/silences", "/capacity": "/capacity"}
+                 "/fabric/{switch}/{port}": "/fabric/leaf01/1", "/silences": "/silences",
+                 "/capacity": "/capacity", "/capacity/heatmap": "/capacity/heatmap", "/fabric/health": "/fabric/health",
+                 "/placement": "/placement?gpus=8", "/capacity/effects": "/capacity/effects"}
         paths["/fabric/report"] = "/fabric/report"
         assert set(paths) == HEAVY
         for path in paths.values():
