@@ -109,7 +109,7 @@ _ADAPTERS: tuple[Adapter, ...] = (
             "`lctl get_param obdfilter.*.job_stats` / `mdt.*.job_stats` output",
             "https://doc.lustre.org/lustre_manual.xhtml#jobstats"),
     Adapter("slurm-squeue", slurm.convert_squeue, "inventory", False,
-            "`squeue --json` (data_parser v0.0.37..v0.0.42): running jobs -> job events",
+            "`squeue --json` (data_parser v0.0.37..v0.0.44): running jobs -> job events",
             "https://slurm.schedmd.com/squeue.html#OPT_json"),
     Adapter("slurm-sacct", slurm.convert_sacct, "inventory", False,
             "`sacct --json`: job states, nodes, tres.allocated GPUs -> job events",

@@ -53,6 +53,8 @@ CASES = [
     ("slurm-squeue", "slurm-jobs-json/job_gpus_per_node_typed.json", {}),
     ("slurm-squeue", "slurm-jobs-json/job_gpus_per_task.json", {}),
     ("slurm-squeue", "slurm-jobs-json/job_gpus_per_node_v0040.json", {}),
+    ("slurm-squeue", "slurm-jobs-json/job_gpus_per_job_v0041.json", {}),
+    ("slurm-squeue", "slurm-jobs-json/job_gpus_per_job_v0043.json", {}),
     ("slurm-nodes", "slurm-nodes/node_drain_v0044.json", {}),
     ("scontrol-nodes", "slurm-nodes/scontrol_show_node.txt", {}),
     ("scontrol-jobs", "scontrol-jobs/scontrol_show_job_d.txt", {}),

@@ -89,6 +89,9 @@ def test_lldpctl_without_a_host_name_is_rejected_not_guessed():
     ("job_gpus_per_task.json", "5512", ["gpu1"], 4),
     # Slurm 23.11, data_parser v0.0.40: gres_detail mixes GPU types on each node (h100:1 and h200:0)
     ("job_gpus_per_node_v0040.json", "502", ["ia1", "ia2"], 1),
+    # Slurm 24.05 (v0.0.41) and 25.05 (v0.0.43), --gpus 4: only tres_per_job (gres/gpu:4) and gres_detail name GPUs
+    ("job_gpus_per_job_v0041.json", "9", ["gpu1"], 4),
+    ("job_gpus_per_job_v0043.json", "4751", ["gpu1"], 4),
 ])
 def test_slurm_23_11_and_25_11_gpu_counts_come_from_gres_detail_and_tres_per_fields(fixture, job_id, nodes, per_node):
     out = run("slurm-squeue", f"slurm-jobs-json/{fixture}", ts=None)
