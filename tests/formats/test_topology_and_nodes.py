@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from models.inventory import inventory_adapter
+from streams.formats.lldp import SKIP_HOST_PEER
 from streams.formats.slurm import node_state
 from streams.inventory import InventoryIndex
 
@@ -76,6 +77,42 @@ def test_lldpctl_json0_of_a_rail_optimised_roce_node_gives_one_link_per_nic():
 def test_lldpctl_without_a_host_name_is_rejected_not_guessed():
     out = run("lldpctl", "lldpctl/gpu_node_json0.json")
     assert out.inventory == [] and "does not name its host" in out.rejections[0].reason
+
+
+# -- lldpctl -f keyvalue ---------------------------------------------------------------------------
+
+def test_lldpctl_keyvalue_of_a_host_on_two_nxos_switches_gives_their_ports_and_skips_the_hypervisor_peer():
+    out = run("lldpctl-keyvalue", "lldpctl-keyvalue/nxos_host.txt", headers={"source": "openstack1"})
+    assert [(e["node"], e["device"], e["port"], e["switch"], e["switch_port"], e["fabric"]) for e in out.inventory] == [
+        ("openstack1", "enp7s0", "1", "padkrish-9-26", "Ethernet1/5", "roce"),
+        ("openstack1", "enp8s0", "1", "padkrish-9-244", "Ethernet1/34", "roce")]
+    # enp1s0's neighbour is a KVM host (port id a MAC, tap vnet5): another host's NIC, not a switch port
+    assert out.rejections == [] and out.skipped == {SKIP_HOST_PEER: 1}
+    # a fault on either leaf port now reaches the host behind it
+    index = _index(out)
+    assert index.nodes_behind_port("padkrish-9-26", "Ethernet1/5") == ["openstack1"]
+    assert index.nodes_behind_port("padkrish-9-244", "Ethernet1/34") == ["openstack1"]
+
+
+def test_lldpctl_keyvalue_continuation_lines_repeated_keys_and_two_neighbours_on_one_interface():
+    raw = (b"lldp.eth0.via=LLDP\nlldp.eth0.chassis.name=leaf01\nlldp.eth0.chassis.descr=Cumulus Linux\n"
+           b"  running on Nvidia SN5600\nlldp.eth0.chassis.mgmt-ip=10.0.0.1\nlldp.eth0.chassis.mgmt-ip=fe80::1\n"
+           b"lldp.eth0.port.local=Eth1/39\n"
+           b"lldp.eth0.via=LLDP\nlldp.eth0.chassis.name=leaf02\nlldp.eth0.port.ifalias=swp7\n"
+           b"lldp.eth1.via=LLDP\nlldp.eth1.port.ttl=120\n")
+    out = run("lldpctl-keyvalue", raw, default_source="gpu7")
+    assert [(e["device"], e["switch"], e["switch_port"]) for e in out.inventory] == [
+        ("eth0", "leaf01", "Eth1/39"), ("eth0", "leaf02", "swp7")]
+    assert out.skipped == {"interface without an LLDP neighbour": 1} and out.rejections == []
+
+
+def test_lldpctl_keyvalue_without_host_or_time_is_rejected_and_a_bad_line_is_named():
+    good = "lldpctl-keyvalue/nxos_host.txt"
+    assert "does not name its host" in run("lldpctl-keyvalue", good).rejections[0].reason
+    assert "no time" in run("lldpctl-keyvalue", good, ts=None, default_source="h").rejections[0].reason
+    out = run("lldpctl-keyvalue", b"lldp.eth0=x\nlldp.eth0.chassis.name=a\nlldp.eth0.port.ifname=b\n",
+              default_source="h")
+    assert [r.record for r in out.rejections] == ["line 1"] and len(out.inventory) == 1
 
 
 # -- Slurm data_parser v0.0.40 (23.11) and v0.0.44 (25.11) GPU counts -----------------------------
