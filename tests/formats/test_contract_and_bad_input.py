@@ -48,6 +48,7 @@ CASES = [
     ("k8s-pods", "k8s_pods.jsonl", {}),
     ("crux-topology", "crux_topology.csv", {}),
     ("ibnetdiscover", "ibnetdiscover/ports.txt", {}),
+    ("iblinkinfo", "iblinkinfo/teaker.txt", {}),
     ("lldpctl", "lldpctl/gpu_node_json0.json", {"source": "gpu-node-1"}),
     ("lldpctl-keyvalue", "lldpctl-keyvalue/nxos_host.txt", {"source": "h1"}),
     ("slurm-squeue", "slurm-jobs-json/job_gpus_per_node.json", {}),

@@ -61,6 +61,57 @@ def test_ibnetdiscover_rejects_a_line_that_is_not_a_port_line_and_needs_a_time()
     assert "no time" in run("ibnetdiscover", "ibnetdiscover/ports.txt", ts=None).rejections[0].reason
 
 
+# -- iblinkinfo ------------------------------------------------------------------------------------
+
+def test_iblinkinfo_of_a_qdr_switch_gives_one_link_per_host_port_from_either_side():
+    out = run("iblinkinfo", "iblinkinfo/teaker.txt")
+    links = [(e["node"], e["device"], e["port"], e["switch"], e["switch_port"])
+             for e in out.inventory if e["kind"] == "link"]
+    sw = "Infiniscale-IV Mellanox Technologies"
+    assert links == [("teaker-4", "HCA-1", "1", sw, "9"), ("teaker-5", "HCA-1", "1", sw, "7"),
+                     ("teaker-6", "HCA-1", "1", sw, "6"), ("teaker-7", "HCA-1", "1", sw, "5"),
+                     ("teaker-8", "HCA-1", "1", sw, "4"), ("teaker-11", "HCA-1", "1", sw, "1"),
+                     # a dual-port HCA: both ports, each to its own switch port
+                     ("teaker-9", "HCA-1", "1", sw, "3"), ("teaker-9", "HCA-1", "2", sw, "14"),
+                     # teaker-10's own section comes last: its link is learned from the switch's port 2 first
+                     ("teaker-10", "HCA-1", "1", sw, "2")]
+    switches = [(e["switch"], e["tier"], e["uplinks"]) for e in out.inventory if e["kind"] == "switch"]
+    assert switches == [(sw, "leaf", [])]
+    # every cable printed from both ends is used once; the 9 Down/Polling switch ports are counted
+    assert out.rejections == [] and out.skipped == {"port with no peer (Down)": 9}
+    assert _index(out).nodes_behind_port(sw, "14") == ["teaker-9"]
+
+
+def test_iblinkinfo_tiers_from_switch_to_switch_cables_and_a_host_learned_from_its_section():
+    # two leaves and a spine (MF0; managed names) in iblinkinfo's layout; gpu2 only in its own CA section
+    raw = (b'Switch: 0x01 MF0;leaf-a:MQM8700/U1:\n'
+           b'  11  1[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==>  5  1[  ] "gpu1 mlx5_0" ( )\n'
+           b'  11 40[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==> 13  1[  ] "MF0;spine-1:MQM8700/U1" ( )\n'
+           b'Switch: 0x02 MF0;leaf-b:MQM8700/U1:\n'
+           b'  12 40[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==> 13  2[  ] "MF0;spine-1:MQM8700/U1" ( )\n'
+           b'Switch: 0x03 MF0;spine-1:MQM8700/U1:\n'
+           b'  13  1[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==> 11 40[  ] "MF0;leaf-a:MQM8700/U1" ( )\n'
+           b'  13  2[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==> 12 40[  ] "MF0;leaf-b:MQM8700/U1" ( )\n')
+    ca = (b'CA: gpu2 mlx5_0:\n'
+          b'  0xa1  6  1[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==>  12  7[  ] "MF0;leaf-b:MQM8700/U1" ( )\n')
+    out = run("iblinkinfo", ca + raw)
+    assert [(e["node"], e["switch"], e["switch_port"]) for e in out.inventory if e["kind"] == "link"] == [
+        ("gpu2", "leaf-b", "7"), ("gpu1", "leaf-a", "1")]
+    assert {e["switch"]: (e["tier"], e["uplinks"]) for e in out.inventory if e["kind"] == "switch"} == {
+        "leaf-a": ("leaf", ["spine-1"]), "leaf-b": ("leaf", ["spine-1"]), "spine-1": ("spine", [])}
+    assert out.rejections == []
+
+
+def test_iblinkinfo_bad_lines_l_output_and_no_time_are_rejected():
+    out = run("iblinkinfo", b"CA: gpu1 mlx5_0:\n  garbage here\n")
+    assert [r.record for r in out.rejections] == ["line 2"]
+    lline = (b'0xf452140300f55051 "              ib-test-7 mlx4_0"     37    1[  ] ==( 4X       14.0625 Gbps '
+             b'Active/  LinkUp)==>  0xf45214030067c630      5   16[  ] "MF0;switch-e1be74:SX6036/U1" ( )\n')
+    out = run("iblinkinfo", lline)
+    assert out.inventory == [] and "-l output is not read" in out.rejections[0].reason
+    assert "no time" in run("iblinkinfo", "iblinkinfo/teaker.txt", ts=None).rejections[0].reason
+
+
 # -- lldpctl ---------------------------------------------------------------------------------------
 
 def test_lldpctl_json0_of_a_rail_optimised_roce_node_gives_one_link_per_nic():
