@@ -1,4 +1,4 @@
-"""Real captures of fabric topology (ibnetdiscover -p, lldpctl) and Slurm (data_parser v0.0.44 jobs,
+"""Real captures of fabric topology (ibnetdiscover -p, iblinkinfo, lldpctl json0/keyvalue) and Slurm (jobs,
 node states as JSON and text) -> inventory events, and what the inventory index makes of them.
 
 Provenance of every fixture: the README beside it in tests/fixtures/formats/<format>/.
