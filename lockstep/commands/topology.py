@@ -1,8 +1,8 @@
 """``lockstep topology FILE...``: what the fabric files teach Lockstep, and what is still missing.
 
-Reads any inventory format (``ibnetdiscover -p``, ``lldpctl -f json``/``json0``, the Crux CSV, and
-``squeue``/``sacct``/``scontrol show node|job`` output for the list of nodes that should be cabled),
-through :func:`streams.formats.convert`, the code path the agents use, and prints:
+Reads any inventory format (``ibnetdiscover -p``, ``iblinkinfo``, ``lldpctl -f json``/``json0``/
+``keyvalue``, the Crux CSV, and ``squeue``/``sacct``/``scontrol show node|job`` output for the list of
+nodes that should be cabled), through :func:`streams.formats.convert`, the code path the agents use, and prints:
 
 - the switches by tier (leaf, spine, core), each leaf with its hosts and uplinks;
 - the links learned (host NIC port -> leaf port);
@@ -30,8 +30,8 @@ from typing import TextIO
 
 from lockstep.safetext import safe_text
 
-_INVENTORY_FORMATS = ("ibnetdiscover", "lldpctl", "crux-topology", "slurm-squeue", "slurm-sacct", "slurm-nodes",
-                      "scontrol-nodes", "scontrol-jobs", "k8s-pods")
+_INVENTORY_FORMATS = ("ibnetdiscover", "iblinkinfo", "lldpctl", "lldpctl-keyvalue", "crux-topology", "slurm-squeue",
+                      "slurm-sacct", "slurm-nodes", "scontrol-nodes", "scontrol-jobs", "k8s-pods")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -64,10 +64,16 @@ def detect_format(raw: bytes) -> str | None:
     'ibnetdiscover'
     >>> detect_format(b'{"lldp": [{"interface": []}]}'), detect_format(b"ip,DSW,PSW,ASW\\n1,a,b,c")
     ('lldpctl', 'crux-topology')
+    >>> detect_format(b"Switch: 0x0002c902004b2678 Infiniscale-IV Mellanox Technologies:\\n")
+    'iblinkinfo'
+    >>> detect_format(b"lldp.eth0.via=LLDP\\nlldp.eth0.chassis.name=leaf01\\n")
+    'lldpctl-keyvalue'
     """
     head = raw.lstrip()[:4096]
     text = head.decode("utf-8", "replace")
     first = text.split("\n", 1)[0]
+    if first.startswith(("CA: ", "Switch: 0x")) or "==(" in first:
+        return "iblinkinfo"
     if first[:3] in ("CA ", "SW ", "RT ") or "\nSW " in text or "\nCA " in text:
         return "ibnetdiscover"
     if text.startswith("{") or text.startswith("["):
@@ -80,6 +86,8 @@ def detect_format(raw: bytes) -> str | None:
         if '"kind"' in text and "Pod" in text:
             return "k8s-pods"
         return None
+    if first.startswith("lldp.") and "=" in first:
+        return "lldpctl-keyvalue"
     if "NodeName=" in first:
         return "scontrol-nodes"
     if "JobId=" in first:

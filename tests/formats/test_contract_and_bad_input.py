@@ -49,11 +49,15 @@ CASES = [
     ("k8s-pods", "k8s_pods.jsonl", {}),
     ("crux-topology", "crux_topology.csv", {}),
     ("ibnetdiscover", "ibnetdiscover/ports.txt", {}),
+    ("iblinkinfo", "iblinkinfo/teaker.txt", {}),
     ("lldpctl", "lldpctl/gpu_node_json0.json", {"source": "gpu-node-1"}),
+    ("lldpctl-keyvalue", "lldpctl-keyvalue/nxos_host.txt", {"source": "h1"}),
     ("slurm-squeue", "slurm-jobs-json/job_gpus_per_node.json", {}),
     ("slurm-squeue", "slurm-jobs-json/job_gpus_per_node_typed.json", {}),
     ("slurm-squeue", "slurm-jobs-json/job_gpus_per_task.json", {}),
     ("slurm-squeue", "slurm-jobs-json/job_gpus_per_node_v0040.json", {}),
+    ("slurm-squeue", "slurm-jobs-json/job_gpus_per_job_v0041.json", {}),
+    ("slurm-squeue", "slurm-jobs-json/job_gpus_per_job_v0043.json", {}),
     ("slurm-nodes", "slurm-nodes/node_drain_v0044.json", {}),
     ("scontrol-nodes", "slurm-nodes/scontrol_show_node.txt", {}),
     ("scontrol-jobs", "scontrol-jobs/scontrol_show_job_d.txt", {}),
@@ -142,6 +146,8 @@ LINE_CASES = [c for c in CASES if c[0] not in ("otlp-json", "slurm-squeue", "slu
                                                "slurm-nodes", "otlp-proto", "prometheus-remote-write",
                                                "nvidia-smi-xml", "alertmanager-webhook", *LOG_FORMATS)
               or c[1] == "telegraf_single.json"]
+# in lldpctl keyvalue a line without the lldp. prefix continues the previous value (a multi-line description)
+LINE_CASES = [c for c in LINE_CASES if c[0] != "lldpctl-keyvalue"]
 # a garbage line inside a pretty-printed object costs that object (tests/formats/test_tools_logs_and_wire_formats.py)
 LINE_CASES = [c for c in LINE_CASES if c[1] != "nccl_inspector_pretty/v4_3_pretty.json"]
 

@@ -1,4 +1,4 @@
-"""Real captures of fabric topology (ibnetdiscover -p, lldpctl) and Slurm (data_parser v0.0.44 jobs,
+"""Real captures of fabric topology (ibnetdiscover -p, iblinkinfo, lldpctl json0/keyvalue) and Slurm (jobs,
 node states as JSON and text) -> inventory events, and what the inventory index makes of them.
 
 Provenance of every fixture: the README beside it in tests/fixtures/formats/<format>/.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from models.inventory import inventory_adapter
+from streams.formats.lldp import SKIP_HOST_PEER
 from streams.formats.slurm import node_state
 from streams.inventory import InventoryIndex
 
@@ -60,6 +61,57 @@ def test_ibnetdiscover_rejects_a_line_that_is_not_a_port_line_and_needs_a_time()
     assert "no time" in run("ibnetdiscover", "ibnetdiscover/ports.txt", ts=None).rejections[0].reason
 
 
+# -- iblinkinfo ------------------------------------------------------------------------------------
+
+def test_iblinkinfo_of_a_qdr_switch_gives_one_link_per_host_port_from_either_side():
+    out = run("iblinkinfo", "iblinkinfo/teaker.txt")
+    links = [(e["node"], e["device"], e["port"], e["switch"], e["switch_port"])
+             for e in out.inventory if e["kind"] == "link"]
+    sw = "Infiniscale-IV Mellanox Technologies"
+    assert links == [("teaker-4", "HCA-1", "1", sw, "9"), ("teaker-5", "HCA-1", "1", sw, "7"),
+                     ("teaker-6", "HCA-1", "1", sw, "6"), ("teaker-7", "HCA-1", "1", sw, "5"),
+                     ("teaker-8", "HCA-1", "1", sw, "4"), ("teaker-11", "HCA-1", "1", sw, "1"),
+                     # a dual-port HCA: both ports, each to its own switch port
+                     ("teaker-9", "HCA-1", "1", sw, "3"), ("teaker-9", "HCA-1", "2", sw, "14"),
+                     # teaker-10's own section comes last: its link is learned from the switch's port 2 first
+                     ("teaker-10", "HCA-1", "1", sw, "2")]
+    switches = [(e["switch"], e["tier"], e["uplinks"]) for e in out.inventory if e["kind"] == "switch"]
+    assert switches == [(sw, "leaf", [])]
+    # every cable printed from both ends is used once; the 9 Down/Polling switch ports are counted
+    assert out.rejections == [] and out.skipped == {"port with no peer (Down)": 9}
+    assert _index(out).nodes_behind_port(sw, "14") == ["teaker-9"]
+
+
+def test_iblinkinfo_tiers_from_switch_to_switch_cables_and_a_host_learned_from_its_section():
+    # two leaves and a spine (MF0; managed names) in iblinkinfo's layout; gpu2 only in its own CA section
+    raw = (b'Switch: 0x01 MF0;leaf-a:MQM8700/U1:\n'
+           b'  11  1[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==>  5  1[  ] "gpu1 mlx5_0" ( )\n'
+           b'  11 40[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==> 13  1[  ] "MF0;spine-1:MQM8700/U1" ( )\n'
+           b'Switch: 0x02 MF0;leaf-b:MQM8700/U1:\n'
+           b'  12 40[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==> 13  2[  ] "MF0;spine-1:MQM8700/U1" ( )\n'
+           b'Switch: 0x03 MF0;spine-1:MQM8700/U1:\n'
+           b'  13  1[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==> 11 40[  ] "MF0;leaf-a:MQM8700/U1" ( )\n'
+           b'  13  2[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==> 12 40[  ] "MF0;leaf-b:MQM8700/U1" ( )\n')
+    ca = (b'CA: gpu2 mlx5_0:\n'
+          b'  0xa1  6  1[  ] ==( 4X 53.125 Gbps Active/  LinkUp)==>  12  7[  ] "MF0;leaf-b:MQM8700/U1" ( )\n')
+    out = run("iblinkinfo", ca + raw)
+    assert [(e["node"], e["switch"], e["switch_port"]) for e in out.inventory if e["kind"] == "link"] == [
+        ("gpu2", "leaf-b", "7"), ("gpu1", "leaf-a", "1")]
+    assert {e["switch"]: (e["tier"], e["uplinks"]) for e in out.inventory if e["kind"] == "switch"} == {
+        "leaf-a": ("leaf", ["spine-1"]), "leaf-b": ("leaf", ["spine-1"]), "spine-1": ("spine", [])}
+    assert out.rejections == []
+
+
+def test_iblinkinfo_bad_lines_l_output_and_no_time_are_rejected():
+    out = run("iblinkinfo", b"CA: gpu1 mlx5_0:\n  garbage here\n")
+    assert [r.record for r in out.rejections] == ["line 2"]
+    lline = (b'0xf452140300f55051 "              ib-test-7 mlx4_0"     37    1[  ] ==( 4X       14.0625 Gbps '
+             b'Active/  LinkUp)==>  0xf45214030067c630      5   16[  ] "MF0;switch-e1be74:SX6036/U1" ( )\n')
+    out = run("iblinkinfo", lline)
+    assert out.inventory == [] and "-l output is not read" in out.rejections[0].reason
+    assert "no time" in run("iblinkinfo", "iblinkinfo/teaker.txt", ts=None).rejections[0].reason
+
+
 # -- lldpctl ---------------------------------------------------------------------------------------
 
 def test_lldpctl_json0_of_a_rail_optimised_roce_node_gives_one_link_per_nic():
@@ -78,6 +130,42 @@ def test_lldpctl_without_a_host_name_is_rejected_not_guessed():
     assert out.inventory == [] and "does not name its host" in out.rejections[0].reason
 
 
+# -- lldpctl -f keyvalue ---------------------------------------------------------------------------
+
+def test_lldpctl_keyvalue_of_a_host_on_two_nxos_switches_gives_their_ports_and_skips_the_hypervisor_peer():
+    out = run("lldpctl-keyvalue", "lldpctl-keyvalue/nxos_host.txt", headers={"source": "openstack1"})
+    assert [(e["node"], e["device"], e["port"], e["switch"], e["switch_port"], e["fabric"]) for e in out.inventory] == [
+        ("openstack1", "enp7s0", "1", "padkrish-9-26", "Ethernet1/5", "roce"),
+        ("openstack1", "enp8s0", "1", "padkrish-9-244", "Ethernet1/34", "roce")]
+    # enp1s0's neighbour is a KVM host (port id a MAC, tap vnet5): another host's NIC, not a switch port
+    assert out.rejections == [] and out.skipped == {SKIP_HOST_PEER: 1}
+    # a fault on either leaf port now reaches the host behind it
+    index = _index(out)
+    assert index.nodes_behind_port("padkrish-9-26", "Ethernet1/5") == ["openstack1"]
+    assert index.nodes_behind_port("padkrish-9-244", "Ethernet1/34") == ["openstack1"]
+
+
+def test_lldpctl_keyvalue_continuation_lines_repeated_keys_and_two_neighbours_on_one_interface():
+    raw = (b"lldp.eth0.via=LLDP\nlldp.eth0.chassis.name=leaf01\nlldp.eth0.chassis.descr=Cumulus Linux\n"
+           b"  running on Nvidia SN5600\nlldp.eth0.chassis.mgmt-ip=10.0.0.1\nlldp.eth0.chassis.mgmt-ip=fe80::1\n"
+           b"lldp.eth0.port.local=Eth1/39\n"
+           b"lldp.eth0.via=LLDP\nlldp.eth0.chassis.name=leaf02\nlldp.eth0.port.ifalias=swp7\n"
+           b"lldp.eth1.via=LLDP\nlldp.eth1.port.ttl=120\n")
+    out = run("lldpctl-keyvalue", raw, default_source="gpu7")
+    assert [(e["device"], e["switch"], e["switch_port"]) for e in out.inventory] == [
+        ("eth0", "leaf01", "Eth1/39"), ("eth0", "leaf02", "swp7")]
+    assert out.skipped == {"interface without an LLDP neighbour": 1} and out.rejections == []
+
+
+def test_lldpctl_keyvalue_without_host_or_time_is_rejected_and_a_bad_line_is_named():
+    good = "lldpctl-keyvalue/nxos_host.txt"
+    assert "does not name its host" in run("lldpctl-keyvalue", good).rejections[0].reason
+    assert "no time" in run("lldpctl-keyvalue", good, ts=None, default_source="h").rejections[0].reason
+    out = run("lldpctl-keyvalue", b"lldp.eth0=x\nlldp.eth0.chassis.name=a\nlldp.eth0.port.ifname=b\n",
+              default_source="h")
+    assert [r.record for r in out.rejections] == ["line 1"] and len(out.inventory) == 1
+
+
 # -- Slurm data_parser v0.0.40 (23.11) and v0.0.44 (25.11) GPU counts -----------------------------
 
 @pytest.mark.parametrize("fixture, job_id, nodes, per_node", [
@@ -89,6 +177,9 @@ def test_lldpctl_without_a_host_name_is_rejected_not_guessed():
     ("job_gpus_per_task.json", "5512", ["gpu1"], 4),
     # Slurm 23.11, data_parser v0.0.40: gres_detail mixes GPU types on each node (h100:1 and h200:0)
     ("job_gpus_per_node_v0040.json", "502", ["ia1", "ia2"], 1),
+    # Slurm 24.05 (v0.0.41) and 25.05 (v0.0.43), --gpus 4: only tres_per_job (gres/gpu:4) and gres_detail name GPUs
+    ("job_gpus_per_job_v0041.json", "9", ["gpu1"], 4),
+    ("job_gpus_per_job_v0043.json", "4751", ["gpu1"], 4),
 ])
 def test_slurm_23_11_and_25_11_gpu_counts_come_from_gres_detail_and_tres_per_fields(fixture, job_id, nodes, per_node):
     out = run("slurm-squeue", f"slurm-jobs-json/{fixture}", ts=None)

@@ -41,3 +41,24 @@ def test_lldpctl_needs_its_host_per_file_and_formats_are_recognised():
     assert [detect_format((FIXTURES / f).read_bytes()) for f in (
         "crux_topology.csv", "slurm_sacct.json", "slurm-nodes/scontrol_show_node.txt", "slurm_squeue.json")] == [
         "crux-topology", "slurm-sacct", "scontrol-nodes", "slurm-squeue"]
+
+
+def test_lldpctl_keyvalue_is_recognised_and_needs_its_host():
+    path = FIXTURES / "lldpctl-keyvalue/nxos_host.txt"
+    assert detect_format(path.read_bytes()) == "lldpctl-keyvalue"
+    code, out, err = _run(f"{path}@openstack1")
+    assert code == 0 and err == ""
+    assert "lockstep topology: 2 links from 1 nodes; 2 switches (2 leaf, 0 spine, 0 core)" in out
+    assert "  openstack1 enp7s0 port 1 -> padkrish-9-26 port Ethernet1/5 (roce)" in out.splitlines()
+    code, _, err = _run(str(path))
+    assert code == 1 and "does not name its host" in err
+
+
+def test_iblinkinfo_is_recognised_and_prints_its_leaf_and_links():
+    path = FIXTURES / "iblinkinfo/teaker.txt"
+    assert detect_format(path.read_bytes()) == "iblinkinfo"
+    code, out, err = _run(str(path))
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == "lockstep topology: 9 links from 8 nodes; 1 switches (1 leaf, 0 spine, 0 core)"
+    assert "  teaker-9 HCA-1 port 2 -> Infiniscale-IV Mellanox Technologies port 14 (infiniband)" in lines

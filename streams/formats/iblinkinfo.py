@@ -1,0 +1,156 @@
+"""``iblinkinfo`` (default output) -> link and switch events, with tiers.
+
+Reference: infiniband-diags ``iblinkinfo(8)`` (rdma-core). The default output has one section per
+node, headed ``CA: <node description>:`` or ``Switch: <node GUID> <node description>:``, and one
+line per port::
+
+    CA: teaker-4 HCA-1:
+          0xf45214030091b9f1  1  1[  ] ==( 4X 10.0 Gbps Active/  LinkUp)==>  2  9[  ] "Infiniscale-IV Mellanox..." ( )
+    Switch: 0x0002c902004b2678 Infiniscale-IV Mellanox Technologies:
+               2    9[  ] ==( 4X 10.0 Gbps Active/  LinkUp)==>       1    1[  ] "teaker-4 HCA-1" ( )
+               2    8[  ] ==(                Down/ Polling)==>             [  ] "" ( )
+
+(columns narrowed here; the tool pads them with spaces, which the parser ignores).
+
+A CA port line starts with the port GUID; then the port's LID and number, the link, and the peer's
+LID, port number and node description. A switch port line has no GUID (the LID is the switch's).
+A port with no peer (``Down/ Polling``) is skipped and counted, as is a host port cabled straight to
+another host. ``-l`` output (one line per port, each led by its node's GUID and description, with no
+section headers) is rejected line by line: a line there does not say whether its node is a switch.
+
+The mapping is :mod:`streams.formats.ibnetdiscover`'s (the same fabric, another tool):
+
+- **Hosts**: a CA's description is ``<host> <device>``; one ``link`` per host port (``port`` the CA
+  port, ``switch_port`` the leaf port), fabric ``infiniband``, from the CA's section or, for a CA
+  with no section, from the switch side. Each cable is printed from both ends and used once.
+- **Switches** are named by their description (``MF0;<name>:<model>/U1`` gives ``<name>``), qualified
+  by GUID when several share it. The peer of a port is a switch when its LID is a switch's LID (every
+  switch has a section in a full ``iblinkinfo``); otherwise it is a host.
+- **Tiers** follow from the cabling, as for ``ibnetdiscover``: switches with hosts are leaves, their
+  other switch neighbours spines, theirs cores.
+- Time: the ``ts`` argument or header (the output carries none).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from streams.formats.base import Context, timed_text
+from streams.formats.ibnetdiscover import host_and_device, switch_label
+
+SKIP_DOWN = "port with no peer (Down)"
+SKIP_HOST_TO_HOST = "host port cabled to another host (no switch)"
+
+_CA_HEAD = re.compile(r"^CA:\s+(.*?):\s*$")
+_SW_HEAD = re.compile(r"^Switch:\s+(0x[0-9a-fA-F]+)\s+(.*?):\s*$")
+# [0xGUID ["desc"]] LID PORT[..] ==( link )==> [0xGUID] [LID PORT][..] "peer desc" ( comment )
+_PORT = re.compile(r'^(?:(0x[0-9a-fA-F]+)\s+(?:"([^"]*)"\s+)?)?(\d+)\s+(\d+)\[[^\]]*\]\s+==\((.*?)\)==>\s+'
+                   r'(?:0x[0-9a-fA-F]+\s+)?(?:(\d+)\s+(\d+))?\s*\[[^\]]*\]\s+"([^"]*)"\s+\(.*\)\s*$')
+
+
+@dataclass
+class _Port:
+    line: int
+    kind: str  # "CA" or "SW"
+    node: str  # the CA's description, or the switch's GUID
+    lid: str
+    port: str
+    peer_lid: str
+    peer_port: str
+    peer_desc: str
+
+
+def convert(raw: bytes, ctx: Context) -> None:
+    opened = timed_text(raw, ctx, "iblinkinfo output carries")
+    if opened is None:
+        return
+    text, ts = opened
+    ports: list[_Port] = []
+    switch_desc: dict[str, str] = {}  # switch GUID -> description
+    section: tuple[str, str] | None = None  # ("CA", desc) or ("SW", guid)
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        record = f"line {lineno}"
+        if (m := _SW_HEAD.match(stripped)) is not None:
+            guid = m.group(1).lower()
+            switch_desc.setdefault(guid, m.group(2))
+            section = ("SW", guid)
+            continue
+        if (m := _CA_HEAD.match(stripped)) is not None:
+            section = ("CA", m.group(1))
+            continue
+        p = _PORT.match(stripped)
+        if p is None:
+            ctx.reject(record, f"not an iblinkinfo line: {stripped[:60]!r}")
+            continue
+        _guid, _desc, lid, port, _link, peer_lid, peer_port, peer_desc = p.groups()
+        if section is None:
+            ctx.reject(record, "port line outside a CA: or Switch: section (iblinkinfo -l output is not read)")
+            continue
+        if not peer_lid or not peer_port:
+            ctx.skip(SKIP_DOWN)
+            continue
+        kind, node = section
+        ports.append(_Port(lineno, kind, node, lid, port, peer_lid, peer_port, peer_desc))
+    _emit(ports, switch_desc, ts, ctx)
+
+
+def _emit(ports: list[_Port], switch_desc: dict[str, str], ts: float, ctx: Context) -> None:
+    switch_lid = {p.lid: p.node for p in ports if p.kind == "SW"}  # LID -> switch GUID
+    names = _switch_names(switch_desc)
+    # (host description, CA port) -> (line, switch GUID or label, switch port)
+    host_ports: dict[tuple[str, str], tuple[int, str, str]] = {}
+    switch_peers: dict[str, set[str]] = defaultdict(set)
+    ca_descs = {p.node for p in ports if p.kind == "CA"}
+    for p in ports:
+        if p.kind == "CA":
+            sw = switch_lid.get(p.peer_lid)
+            if sw is None:
+                if p.peer_desc in ca_descs:  # two hosts cabled back to back: no switch port to name
+                    ctx.skip(SKIP_HOST_TO_HOST)
+                    continue
+                sw = _unlisted(p.peer_desc, names)  # a switch with no section of its own
+            host_ports.setdefault((p.node, p.port), (p.line, sw, p.peer_port))
+        elif (peer := switch_lid.get(p.peer_lid)) is not None:
+            switch_peers[p.node].add(peer)
+            switch_peers[peer].add(p.node)
+        else:
+            host_ports.setdefault((p.peer_desc, p.peer_port), (p.line, p.node, p.port))
+    leaves: set[str] = set()
+    for (desc, ca_port), (line, sw, sw_port) in sorted(host_ports.items(), key=lambda kv: kv[1][0]):
+        record = f"line {line}"
+        node, device = host_and_device(desc)
+        if not node:
+            ctx.reject(record, "host port without a node description")
+            continue
+        leaves.add(sw)
+        ctx.event(record, {"kind": "link", "ts": ts, "node": node, "device": device, "port": ca_port,
+                           "switch": names.get(sw, sw), "switch_port": sw_port, "fabric": "infiniband"})
+    spines = {p for leaf in leaves for p in switch_peers.get(leaf, ()) if p not in leaves}
+    cores = {p for spine in spines for p in switch_peers.get(spine, ()) if p not in leaves and p not in spines}
+    for tier, members, ups in (("leaf", leaves, spines), ("spine", spines, cores), ("core", cores, set())):
+        for sw in sorted(members, key=lambda g: names.get(g, g)):
+            uplinks = sorted(names.get(p, p) for p in switch_peers.get(sw, ()) if p in ups)
+            name = names.get(sw, sw)
+            ctx.event(f"switch {name}", {"kind": "switch", "ts": ts, "switch": name, "tier": tier,
+                                         "uplinks": uplinks})
+
+
+def _unlisted(desc: str, names: dict[str, str]) -> str:
+    """A peer switch known only by the description a CA line prints: its label, kept in ``names``."""
+    label = switch_label(desc) or desc
+    names.setdefault(label, label)
+    return label
+
+
+def _switch_names(descs: dict[str, str]) -> dict[str, str]:
+    """GUID -> switch name; a description shared by several switches is qualified by GUID."""
+    labels = {guid: switch_label(desc) or guid for guid, desc in descs.items()}
+    count: dict[str, int] = defaultdict(int)
+    for label in labels.values():
+        count[label] += 1
+    return {guid: (label if count[label] == 1 else f"{label}/{guid}") for guid, label in labels.items()}
