@@ -99,7 +99,8 @@ def update_baseline(state: list[float] | None, value: float) -> tuple[list[float
 
 
 # -- Quix Streams ---------------------------------------------------------------------------------
-def run_quix(bootstrap: str, group: str, topics: list[str], state_dir: Path, memory: bool) -> None:
+def run_quix(bootstrap: str, group: str, topics: list[str], state_dir: Path, memory: bool,
+             progress: Path | None = None) -> None:
     from quixstreams import Application, State
     from quixstreams.state.memory import MemoryStore
 
@@ -111,9 +112,14 @@ def run_quix(bootstrap: str, group: str, topics: list[str], state_dir: Path, mem
                       commit_interval=1.0, state_dir=str(state_dir), consumer_extra_config=group_timeouts,
                       loglevel=os.environ.get("PEER_LOGLEVEL", "WARNING"))
     anomalies = 0
+    done = 0
+    written = 0.0
 
     def score(samples: list[dict[str, Any]], state: State) -> None:
-        nonlocal anomalies
+        nonlocal anomalies, done, written
+        done += 1
+        if progress is not None and not done % 64 and time.monotonic() - written >= 0.25:
+            written = write_progress(progress, done)
         for sample in samples:
             key = series_key(sample)
             baseline, z = update_baseline(state.get(key), float(sample["value"]))
@@ -127,6 +133,15 @@ def run_quix(bootstrap: str, group: str, topics: list[str], state_dir: Path, mem
             sdf.register_store(store_type=MemoryStore)
         sdf.update(score, stateful=True)
     app.run()
+
+
+def write_progress(progress: Path, done: int) -> float:
+    """Write ``<monotonic seconds> <messages done>`` to ``progress`` whole (never half a line); returns the time."""
+    now = time.monotonic()
+    tmp = progress.with_suffix(".tmp")
+    tmp.write_text(f"{now} {done}\n")
+    os.replace(tmp, progress)
+    return now
 
 
 # -- Bytewax --------------------------------------------------------------------------------------
@@ -149,10 +164,7 @@ def bytewax_flow(bootstrap: str, topics: list[str], progress: Path) -> Any:
                 self._write(now)
 
         def _write(self, now: float) -> None:
-            self.written = now
-            tmp = progress.with_suffix(".tmp")
-            tmp.write_text(f"{now} {self.done}\n")
-            os.replace(tmp, progress)  # the bench never reads half a line
+            self.written = write_progress(progress, self.done)
 
         def close(self) -> None:
             self._write(time.monotonic())
@@ -207,7 +219,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     topics = args.topics.split(",")
     if args.mode.startswith("quix"):
-        run_quix(args.bootstrap, args.group, topics, args.state_dir, memory=args.mode == "quix-memory")
+        run_quix(args.bootstrap, args.group, topics, args.state_dir, memory=args.mode == "quix-memory",
+                 progress=args.progress)
     else:
         if args.progress is None:
             p.error("bytewax needs --progress")
