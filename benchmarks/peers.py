@@ -1,7 +1,7 @@
 """Peer rows of ``lockstep bench``: the stream processors a user would pick instead of Lockstep, each doing
 the smallest honest version of Lockstep's ingest work on the same batched scrape messages.
 
-    python -m benchmarks.peers quix             --bootstrap H:P --group G --topics T1,... --state-dir D
+    python -m benchmarks.peers quix             --bootstrap H:P --group G --topics T1,... --state-dir D [--progress F]
     python -m benchmarks.peers quix-memory      ...
     python -m benchmarks.peers bytewax          ... --progress FILE
     python -m benchmarks.peers bytewax-recovery ... --progress FILE --state-dir D
@@ -19,7 +19,7 @@ Each is written as its framework's documentation shows it:
   per series under the message's key (``State.get``/``State.set``); the default store (RocksDB, with
   its changelog topics) or ``MemoryStore`` (also with its changelog). Commits every second
   (``commit_interval=1.0``), like Lockstep's worker, so the bench measures it from the group's
-  committed offsets as it measures the worker.
+  committed offsets as it measures the worker (it also writes a ``--progress`` file, to cross-check).
 - **Bytewax** (``bytewax``, ``bytewax-recovery``): a ``Dataflow`` from the Kafka connector's ``input``
   operator (``oks``), ``key_on`` the message key, ``map_value`` to decode, ``stateful_map`` holding
   the key's series baselines, and an output counting the messages. State is in memory (Bytewax's

@@ -112,3 +112,11 @@ def test_two_series_that_differ_only_by_a_label_have_different_keys() -> None:
     assert peers.series_key(a) != peers.series_key(b)
     assert peers.series_key({**a, "labels": {"port": "1", "x": "y"}}) == peers.series_key(
         {**a, "labels": {"x": "y", "port": "1"}})
+
+
+def test_the_peers_docstring_examples_run() -> None:
+    import doctest
+
+    result = doctest.testmod(peers, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0
+    assert result.failed == 0
