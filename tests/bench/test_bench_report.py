@@ -120,3 +120,18 @@ def test_the_peers_docstring_examples_run() -> None:
     result = doctest.testmod(peers, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_a_full_run_document_renders_every_row_including_scaling_and_the_budget() -> None:
+    import orjson
+
+    # A full --repeat 3 run's JSON (before the peers and per-CPU rounds existed): the scaling, budget,
+    # 100k-series and reference rows all render, and the missing peers say so instead of failing.
+    doc = orjson.loads((Path(__file__).parents[2] / "benchmarks" / "results" / "4ee35a0a9ea2.json").read_bytes())
+    text = table(doc)
+    assert "| scaling, 8 partitions: 2 worker processes vs 1 | 232,248 |" in text
+    assert "1.47x (1.43-1.72 over 3 rounds)" in text
+    assert "2.32x (2.20-2.59 over 3 rounds)" in text  # the budgeted 2-vs-1
+    assert "state per series at 99,638 series" in text
+    assert "n/a: not run" in text  # the peer rows of a run that had none
+    assert "not run with --quick" not in text
