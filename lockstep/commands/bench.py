@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
-                   help="headline rows only, each from an 8 s window; no scaling runs (about 2 minutes)")
+                   help="headline rows only, each from an 8 s window; no scaling runs (2-3 minutes)")
     p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=None,
                    help="the peer rows (Quix Streams, Bytewax: the bench extra); default on, off with --quick")
     p.add_argument("--no-docs", action="store_true", help="do not rewrite the table in docs/performance.md")
