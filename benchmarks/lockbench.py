@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,10 @@ class Run:
     broker_cores: float | None = None  # the embedded broker's CPU in the same window
     samples_per_cpu_s: float | None = None  # samples/s over the CPU the processes under test used
     cpu_budget: float | None = None  # cores each process under test was limited to (benchmarks.cpulimit)
+    cpu_wait_cores: list[float] | None = None  # per process: time its threads waited for a CPU, in cores
+    coarse: bool = False  # too few progress points inside the steady window: fitted over every started point
+    why: str | None = None  # why there is no rate, when there is none
+    wall_s: float | None = None  # the whole run, start-up included (what the run cost the bench)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -72,6 +77,22 @@ def cpu_seconds(pid: int | None) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def cpu_wait_seconds(pid: int | None) -> float | None:
+    """Seconds the process's threads have waited on a run queue for a CPU so far (``schedstat``'s
+    run_delay, summed over ``/proc/<pid>/task/*``); None if gone. CPU time plus this wait close to the
+    wall time means the process was CPU-bound: it would have run more had the machine had the cores."""
+    if pid is None:
+        return None
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int((task / "schedstat").read_text().split()[1])
+    except OSError:
+        return None
+    return total / 1e9
 
 
 def machine() -> dict[str, Any]:
@@ -126,6 +147,9 @@ class Bench:
                     "LOCKSTEP_APP_ID": settings.app_id, "LOCKSTEP_PARTITIONS": str(self.partitions),
                     "LOCKSTEP_DATA_DIR": str(self.log_dir / tag), "LOCKSTEP_LOG_LEVEL": "warn",
                     "LOCKSTEP_WEB_PORT": "0",
+                    # the baselines' group timeouts (benchmarks.consumers): the embedded broker answers a
+                    # new member's join after about half the rebalance timeout, 30 s by default here
+                    "LOCKSTEP_KAFKA_SESSION_TIMEOUT_S": "10",
                     "PYTHONPATH": str(REPO)})
         env.update(extra or {})
         return self._spawn([sys.executable, "-m", "lockstep.cli", "worker"], env, tag, cpu)
@@ -134,6 +158,14 @@ class Bench:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         return self._spawn([sys.executable, "-m", "benchmarks.consumers", mode, "--bootstrap", self.bootstrap,
                             "--group", group, "--topics", ",".join(topics)], env, tag)
+
+    def spawn_peer(self, mode: str, group: str, topics: list[str], tag: str) -> tuple[subprocess.Popen[bytes], Path]:
+        """A peer framework's process (:mod:`benchmarks.peers`); returns it and its progress file."""
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        progress = self.log_dir / f"{tag}.progress"
+        return self._spawn([sys.executable, "-m", "benchmarks.peers", mode, "--bootstrap", self.bootstrap,
+                            "--group", group, "--topics", ",".join(topics), "--state-dir",
+                            str(self.log_dir / f"{tag}-state"), "--progress", str(progress)], env, tag), progress
 
     def _spawn(self, cmd: list[str], env: dict[str, str], tag: str,
                cpu: CpuBudget | None = None) -> subprocess.Popen[bytes]:
@@ -218,29 +250,42 @@ class Bench:
                 await consumer.stop()
         self._offset_readers.clear()
 
-    async def watch(self, run: Run, group: str, topics: list[str], procs: list[subprocess.Popen[bytes]],
-                    timeout_s: float) -> Run:
-        """Poll the group's committed offsets until the backlog is consumed; fill ``run``: the rate
-        (:func:`slope`), and the CPU the processes and the broker used over the same window."""
+    async def watch(self, run: Run, progress: Callable[[], Awaitable[tuple[float | None, int]]],
+                    procs: list[subprocess.Popen[bytes]], timeout_s: float, measure_s: float | None = None) -> Run:
+        """Poll ``progress`` (when and how many messages were done: the group's committed offsets, or
+        a peer's progress file) until the backlog is consumed, or for ``measure_s`` seconds after the
+        first progress (``--quick``: a rate needs a window, not the whole backlog); fill ``run``: the
+        rate (:func:`slope`), and the CPU the processes and the broker used over the same window."""
         points: list[tuple[float, int]] = []
         cpu: dict[float, tuple[list[float | None], float | None]] = {}
-        deadline = time.monotonic() + timeout_s
+        waits: dict[float, list[float | None]] = {}
+        started = time.monotonic()
+        deadline = started + timeout_s
         while time.monotonic() < deadline:
-            done = await self.committed(group, topics)
-            now = time.monotonic()
-            if not points or done != points[-1][1]:
+            at, done = await progress()
+            now = time.monotonic() if at is None else at
+            if (done and (not points or done != points[-1][1])) or not points:
                 points.append((now, done))
                 cpu[now] = ([cpu_seconds(p.pid) for p in procs], cpu_seconds(self.broker_pid))
+                waits[now] = [cpu_wait_seconds(p.pid) for p in procs]
             sizes = [rss_mb(p.pid) or 0.0 for p in procs]
             run.rss_mb = [round(max(a, b), 1) for a, b in zip(run.rss_mb or [0.0] * len(procs), sizes, strict=True)]
             if done >= run.messages:
                 run.finished = True
                 break
+            first = next((t for t, n in points if n > 0), None)
+            if measure_s is not None and first is not None and now - first >= measure_s:
+                break
             if any(p.poll() is not None for p in procs):
                 break
             await asyncio.sleep(0.25)
+        run.wall_s = round(time.monotonic() - started, 1)
         rate = slope(points, run.messages)
-        if rate is not None:
+        run.coarse = coarse(points, run.messages)
+        if rate is None:
+            run.why = (f"{len([p for p in points if p[1] > 0])} progress point(s): the backlog went faster than "
+                       "the commit interval can time" if run.finished else "the backlog was not consumed in time")
+        else:
             run.messages_per_s = round(rate, 1)
             run.samples_per_s = round(rate * run.samples / run.messages, 1)
             run.seconds = round(run.messages / rate, 2)
@@ -250,6 +295,11 @@ class Bench:
             if b > a and None not in procs_a and None not in procs_b:
                 run.cpu_cores = [round((y - x) / (b - a), 3) for x, y in zip(procs_a, procs_b, strict=True)
                                  if x is not None and y is not None]
+                wa, wb = waits[a], waits[b]
+                if None not in wa and None not in wb:
+                    waited = [(y - x) / (b - a) for x, y in zip(wa, wb, strict=True) if x is not None and y is not None]
+                    # a thread that exited takes its wait out of the sum: no figure rather than a wrong one
+                    run.cpu_wait_cores = [round(w, 3) for w in waited] if min(waited) >= 0 else None
                 used = sum(run.cpu_cores)
                 run.samples_per_cpu_s = round(run.samples_per_s / used, 1) if used > 0 else None
             if b > a and broker_a is not None and broker_b is not None:
@@ -257,7 +307,8 @@ class Bench:
         return run
 
     async def throughput(self, name: str, settings: Any, loaded: dict[str, Any], kind: str, processes: int = 1,
-                         timeout_s: float = 60.0, cpu: CpuBudget | None = None) -> Run:
+                         timeout_s: float = 60.0, cpu: CpuBudget | None = None,
+                         measure_s: float | None = None) -> Run:
         """Rate of ``processes`` of ``kind`` over the backlog (until consumed, or ``timeout_s``); workers
         each held to the ``cpu`` budget when one is given."""
         topics = TopicNames(settings).telemetry
@@ -265,14 +316,28 @@ class Bench:
                   cpu_budget=cpu.cores if cpu is not None else None)
         group = f"{settings.app_id}-{kind}-{processes}-{uuid.uuid4().hex[:4]}"
         procs = []
+        files: list[Path] = []
         for i in range(processes):
             tag = f"{name}-{i}"
             if kind == "worker":
                 procs.append(self.spawn_worker(settings.model_copy(update={"app_id": group}), tag, cpu=cpu))
+            elif kind.startswith("bytewax"):
+                proc, progress_file = self.spawn_peer(kind, group, topics, tag)
+                procs.append(proc)
+                files.append(progress_file)
+            elif kind.startswith("quix"):
+                procs.append(self.spawn_peer(kind, group, topics, tag)[0])
             else:
                 procs.append(self.spawn_baseline(kind, group, topics, tag))
+
+        async def committed() -> tuple[float | None, int]:
+            return None, await self.committed(group, topics)
+
+        async def from_files() -> tuple[float | None, int]:
+            return read_progress(files)
+
         try:
-            return await self.watch(run, group, topics, procs, timeout_s)
+            return await self.watch(run, from_files if files else committed, procs, timeout_s, measure_s)
         finally:
             for p in procs:
                 self.stop(p)
@@ -280,6 +345,26 @@ class Bench:
             if reader is not None:
                 with contextlib.suppress(Exception):
                     await reader.stop()
+
+
+def read_progress(files: list[Path]) -> tuple[float | None, int]:
+    """The latest ``<monotonic seconds> <messages done>`` over peer progress files (0 before the first).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); (d / "a").write_text("12.5 300\\n"); (d / "b").write_text("12.0 200\\n")
+    9
+    9
+    >>> read_progress([d / "a", d / "b", d / "missing"])
+    (12.5, 500)
+    """
+    at: float | None = None
+    done = 0
+    for f in files:
+        with contextlib.suppress(OSError, ValueError):
+            t, n = f.read_text().split()
+            at = max(at or 0.0, float(t))
+            done += int(n)
+    return at, done
 
 
 class TopicNames:
@@ -302,21 +387,37 @@ def median_runs(rounds: dict[str, list[dict[str, Any]]], figure: str = "samples_
     for name, runs in rounds.items():
         ordered = sorted(runs, key=lambda r: r.get(figure) or 0.0)
         out[name] = dict(ordered[(len(ordered) - 1) // 2], rounds=[r.get(figure) for r in runs])
+        if any("samples_per_cpu_s" in r for r in runs):
+            out[name]["cpu_rounds"] = [r.get("samples_per_cpu_s") for r in runs]
     return out
 
 
 def steady(points: list[tuple[float, int]], total: int) -> list[tuple[float, int]]:
     """The (time, committed) points a rate is fitted to: once consumption has started and before the
-    last 5% of ``total`` (start-up and the final commit do not count); fewer points when there are few.
+    last 5% of ``total`` (start-up and the final commit do not count). With fewer than three such
+    points, every point after consumption started, the last included (a coarse fit: ``Run.coarse``);
+    never the point from before the process consumed, which would count its start-up as work.
 
     >>> steady([(0.0, 0), (1.0, 100), (2.0, 200), (3.0, 300), (4.0, 400), (5.0, 990)], 1000)
     [(2.0, 200), (3.0, 300), (4.0, 400)]
+    >>> steady([(0.0, 0), (7.0, 400), (8.0, 1000)], 1000)
+    [(7.0, 400), (8.0, 1000)]
     """
     started = [(t, n) for t, n in points if n > 0]
-    mid = [(t, n) for t, n in started[1:] if n <= 0.95 * total] if len(started) > 3 else started
+    mid = [(t, n) for t, n in started[1:] if n <= 0.95 * total] if len(started) > 3 else []
     if len(mid) < 3:
-        mid = [(t, n) for t, n in points if n <= 0.95 * total] or points
+        mid = started if len(started) >= 2 else points
     return mid
+
+
+def coarse(points: list[tuple[float, int]], total: int) -> bool:
+    """Whether :func:`steady` had to fall back to every started point (fewer than three inside the window).
+
+    >>> coarse([(0.0, 0), (7.0, 400), (8.0, 1000)], 1000), coarse([(0.0, 0), (1.0, 1), (2.0, 2), (3.0, 3), (4.0, 4)], 9)
+    (True, False)
+    """
+    started = [(t, n) for t, n in points if n > 0]
+    return len(started) <= 3 or len([1 for _, n in started[1:] if n <= 0.95 * total]) < 3
 
 
 def slope(points: list[tuple[float, int]], total: int) -> float | None:
@@ -376,12 +477,15 @@ def state_per_series(series_target: int) -> dict[str, Any]:
 
 # -- latency ------------------------------------------------------------------------------------
 async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes: int = 4, incidents: int = 24,
-                        warmup: int = 40, spacing: int = 2, name: str = "latency") -> dict[str, Any]:
+                        warmup: int = 40, spacing: int = 2, tail: int = 30,
+                        name: str = "latency") -> dict[str, Any]:
     """Alert latency at ``rate`` samples/s: the scrape that completes an incident's evidence is acked by
     the broker at ``t0``; its alert is read from the alerts topic at ``t1``; latency = ``t1 - t0``.
 
     The evidence of a slowdown with onset ``O`` is complete once every input's event time passed
     ``O + grace + allowed lateness`` (the correlation watermark's rule): the first scrape at or after it.
+    ``tail`` scrapes follow the last incident so the watermark passes it; after them the run waits
+    until every incident has fired (at most 8 s more).
     """
     from aiokafka import AIOKafkaConsumer
 
@@ -401,21 +505,30 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
                                 auto_offset_reset="earliest", fetch_max_wait_ms=10)
     await consumer.start()
 
+    fired: set[Any] = set()
+    all_fired = asyncio.Event()
+
     async def read_alerts() -> None:
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=50)
             now = time.monotonic()
             for msgs in batches.values():
                 for m in msgs:
-                    received.append((now, orjson.loads(m.value)))
+                    alert = orjson.loads(m.value)
+                    received.append((now, alert))
+                    if alert.get("status") == "firing" and alert.get("type") == "job_slowdown":
+                        fired.add(alert.get("alert_id"))
+            if len(fired) >= incidents:
+                all_fired.set()
 
     reader = asyncio.create_task(read_alerts())
     try:
         await bench.wait_consuming(worker)  # measured from steady state, not start-up
-        scrapes = warmup + incidents * spacing + 30
+        scrapes = warmup + incidents * spacing + tail
         summary = await produce(settings, bench.bootstrap, spec, rate=rate, scrapes=scrapes,
                                 on_scrape=lambda k, ts, wall: acked.__setitem__(k, wall))
-        await asyncio.sleep(8.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_fired.wait(), 8.0)
     finally:
         stop.set()
         await reader
@@ -439,14 +552,21 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
             lat.append(now - acked[k])
     firing = len(seen)
     arr = np.array(lat) if lat else np.array([np.nan])
-    return {"rate_samples_per_s": round(rate, 1), "produced": summary, "incidents": incidents, "alerts_firing": firing,
+    return {"rate_samples_per_s": round(rate, 1), "gpus": gpus, "produced": summary, "incidents": incidents,
+            "alerts_firing": firing,
             "measured": len(lat), "p50_s": round(float(np.percentile(arr, 50)), 3),
             "p99_s": round(float(np.percentile(arr, 99)), 3), "max_s": round(float(np.max(arr)), 3),
             "worker_rss_mb": rss}
 
 
+#: Peer rows (benchmarks.peers): the label of each in the JSON document.
+PEER_RUNS = {"quix": "peer_quix", "quix-memory": "peer_quix_memory", "bytewax": "peer_bytewax",
+             "bytewax-recovery": "peer_bytewax_recovery"}
+
+
 async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat: int = 1,
-                  broker_pid: int | None = None, worker_cores: float | None = 0.6) -> dict[str, Any]:
+                  broker_pid: int | None = None, worker_cores: float | None = 0.6,
+                  peer_rows: bool | None = None) -> dict[str, Any]:
     """Every measurement of ``lockstep bench``; returns the JSON document.
 
     ``worker_cores``: the scaling runs are repeated with each worker process held to that many cores
@@ -457,12 +577,37 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
     included, so each round has its own same-conditions ratio) and the document keeps the run with the
     median figure plus every round's figures (``rounds``): on a shared machine one run can be 20 %
     off either way.
+
+    ``quick``: the headline rows only, each from an 8 s window instead of the whole backlog: batched
+    (bare, do-nothing Faust agent, worker; the peers only when asked), one sample
+    per message (bare, do-nothing agent, worker), state at 10k series and a shorter latency run (6
+    incidents instead of 24); no
+    scaling or budget runs, no 100k-series worker. What it skips, it says.
+
+    ``peer_rows``: run the peer frameworks (:mod:`benchmarks.peers`) that are installed; by default
+    yes, except with ``quick`` (each peer's start-up, topic creation and group join take 10-25 s here).
     """
+    from benchmarks import peers
     from lockstep.loadgen import LoadGenerator, LoadSpec
+
+    began = time.monotonic()
+
+    def elapsed() -> str:
+        return f"[{time.monotonic() - began:5.0f} s]"
 
     bench = Bench(bootstrap, broker_pid=broker_pid)
     out: dict[str, Any] = {"machine": machine(), "commit": commit_of_head(), "quick": quick,
                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    measure_s = 8.0 if quick else None
+    missing = peers.available()
+    if peer_rows is None:
+        peer_rows = not quick
+    peer_kinds = [k for k in PEER_RUNS if peer_rows and missing[k] is None]
+    out["peers"] = {k: missing[k] or ("measured" if k in peer_kinds else "not run with --quick (add --peers)")
+                    for k in PEER_RUNS}
+    for kind, why in out["peers"].items():
+        if why != "measured":
+            say(f"peer row {kind}: skipped, {why}")
     try:
         # 1. batched messages: a scrape per message
         spec = LoadSpec(gpus=1024)
@@ -470,65 +615,105 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
         batched = bench.with_prefix("batched")
         scrapes = 100 if quick else 300
         loaded = await bench.preload(batched, spec, scrapes)
-        say(f"batched: preloaded {loaded['messages']:,} messages, {loaded['samples']:,} samples "
+        say(f"{elapsed()} batched: preloaded {loaded['messages']:,} messages, {loaded['samples']:,} samples "
             f"({loaded['samples'] / loaded['messages']:.1f} samples/message, {gen.series:,} series)")
-        cpu, why = cpulimit.budget(worker_cores)
-        say(f"scaling at a CPU budget: {why}")
+        if quick:
+            cpu, why = None, "not run with --quick"
+            say("CPU quota: none applied (--quick skips the scaling runs that use one)")
+        else:
+            cpu, why = cpulimit.budget(worker_cores)
+            say(f"CPU quota: {'applied to the budgeted scaling runs only, ' if cpu else 'none applied: '}{why}"
+                + (" (--worker-cores 0 to skip them)" if cpu else ""))
         plan: list[tuple[str, str, int, CpuBudget | None]] = [
-            ("bare", "bare", 1, None), ("faust_stock", "faust-stock", 1, None), ("faust_noop", "faust", 1, None),
-            ("worker", "worker", 1, None), ("worker_x2", "worker", 2, None), ("bare_x2", "bare", 2, None)]
+            ("bare", "bare", 1, None), ("faust_stock", "faust-stock", 1, None), ("worker", "worker", 1, None)]
+        plan += [(PEER_RUNS[k], k, 1, None) for k in peer_kinds]
+        if not quick:
+            plan += [("faust_noop", "faust", 1, None), ("worker_x2", "worker", 2, None), ("bare_x2", "bare", 2, None)]
         if cpu is not None:
             plan += [("worker_budget", "worker", 1, cpu), ("worker_budget_x2", "worker", 2, cpu)]
         rounds: dict[str, list[dict[str, Any]]] = {}
         for r in range(repeat):
             for name, kind, n, limit in plan:
+                peer = kind in PEER_RUNS
+                # a peer reads the whole backlog even with --quick: librdkafka hands it one partition's
+                # queue at a time, so a window's mix of topics (1 to 96 samples a message) is not the
+                # backlog's, and samples/s from a window would be off (Quix: 6,000 msg/s on the small
+                # messages first, 250 on the GPU ones); aiokafka fetches every partition each time
                 run = await bench.throughput(f"batched-{name}-{r}", batched, loaded, kind, n, cpu=limit,
-                                             timeout_s=60.0 if limit is None else 90.0)
+                                             timeout_s=150.0 if peer else 60.0 if limit is None else 90.0,
+                                             measure_s=None if peer else measure_s)
                 rounds.setdefault(name, []).append(run.as_dict())
-                say(f"  {name:16s} {run.samples_per_s or 0:>12,.0f} samples/s "
-                    f"{run.messages_per_s or 0:>10,.0f} msg/s  cpu {run.cpu_cores}  rss {run.rss_mb}  "
-                    f"finished={run.finished}")
+                say(f"{elapsed()}   {describe(name, run)}")
         out["batched"] = {"loaded": loaded, "runs": median_runs(rounds), "cpu_budget": why}
         # 2. one sample per message
         sspec = LoadSpec(gpus=64, single=True)
         single = bench.with_prefix("single")
         sloaded = await bench.preload(single, sspec, 30 if quick else 80)
-        say(f"single: preloaded {sloaded['messages']:,} messages of one sample")
+        say(f"{elapsed()} single: preloaded {sloaded['messages']:,} messages of one sample")
         srounds: dict[str, list[dict[str, Any]]] = {}
+        splan = [("bare", "bare"), ("faust_stock", "faust-stock"), ("worker", "worker")]
+        if not quick:
+            splan.insert(2, ("faust_noop", "faust"))
         for r in range(repeat):
-            for name, kind in (("bare", "bare"), ("faust_stock", "faust-stock"), ("faust_noop", "faust"),
-                               ("worker", "worker")):
-                run = await bench.throughput(f"single-{name}-{r}", single, sloaded, kind)
+            for name, kind in splan:
+                run = await bench.throughput(f"single-{name}-{r}", single, sloaded, kind, measure_s=measure_s)
                 srounds.setdefault(name, []).append(run.as_dict())
-                say(f"  {name:12s} {run.samples_per_s or 0:>12,.0f} samples/s  rss {run.rss_mb}"
-                    f"  finished={run.finished}")
+                say(f"{elapsed()}   {describe(name, run)}")
         out["single"] = {"loaded": sloaded, "runs": median_runs(srounds)}
         # 3. state per series, and a worker's resident memory with 100k series
         out["state"] = {}
-        for target in (10_000, 100_000):
+        for target in (10_000,) if quick else (10_000, 100_000):
             st = state_per_series(target)
             out["state"][str(target)] = st
-            say(f"state at {st['series']:,} series: {st['arrays_and_registry_bytes_per_series']:,.0f} B/series "
-                f"(heap {st['heap_bytes_per_series']:,.0f}, snapshot {st['snapshot_bytes_per_series']:,.0f})")
-        big = LoadSpec(gpus=7300)
-        big_settings = bench.with_prefix("rss")
-        big_loaded = await bench.preload(big_settings, big, 3)
-        run = await bench.throughput("rss-worker", big_settings, big_loaded, "worker")
-        out["state"]["worker_100k"] = {"series": LoadGenerator(big).series, **run.as_dict()}
-        say(f"worker with {LoadGenerator(big).series:,} series: rss {run.rss_mb} MB")
+            say(f"{elapsed()} state at {st['series']:,} series: {st['arrays_and_registry_bytes_per_series']:,.0f} "
+                f"B/series (heap {st['heap_bytes_per_series']:,.0f}, snapshot {st['snapshot_bytes_per_series']:,.0f})")
+        if quick:
+            say("state at 100k series and the 100k-series worker: not run with --quick")
+        else:
+            big = LoadSpec(gpus=7300)
+            big_settings = bench.with_prefix("rss")
+            big_loaded = await bench.preload(big_settings, big, 3)
+            run = await bench.throughput("rss-worker", big_settings, big_loaded, "worker")
+            out["state"]["worker_100k"] = {"series": LoadGenerator(big).series, **run.as_dict()}
+            say(f"{elapsed()} worker with {LoadGenerator(big).series:,} series: rss {run.rss_mb} MB")
         # 4. alert latency at half the worker's batched rate
         worker_rate = out["batched"]["runs"]["worker"]["samples_per_s"] or 20000.0
         lats = []
         for r in range(repeat):
-            lat = await alert_latency(bench, 0.5 * worker_rate, incidents=12 if quick else 24, name=f"latency-{r}")
+            # quick: fewer incidents and scrapes on the same cluster (a smaller one at the same samples/s
+            # sends more scrapes a second, which costs the worker more: p99 5.4-9.7 s at 256 GPUs)
+            shape = {"incidents": 6, "warmup": 25, "tail": 20} if quick else {}
+            lat = await alert_latency(bench, 0.5 * worker_rate, name=f"latency-{r}", **shape)
             lats.append(lat)
-            say(f"latency at {lat['rate_samples_per_s']:,.0f} samples/s: p50 {lat['p50_s']} s, p99 {lat['p99_s']} s "
-                f"({lat['measured']} of {lat['incidents']} incidents)")
+            say(f"{elapsed()} latency at {lat['rate_samples_per_s']:,.0f} samples/s: p50 {lat['p50_s']} s, "
+                f"p99 {lat['p99_s']} s ({lat['measured']} of {lat['incidents']} incidents)")
         out["latency"] = median_runs({"latency": lats}, figure="p99_s")["latency"]
     finally:
         bench.stop_all()
     out["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out["wall_s"] = round(time.monotonic() - began, 1)
+    say(f"{elapsed()} done")
     return out
+
+
+def describe(name: str, run: Run) -> str:
+    """One progress line: rate, CPU, rate per CPU-second, memory, and how the rate was taken.
+
+    >>> describe("bare", Run("b", 1, 100, 2800, samples_per_s=1000.0, messages_per_s=35.7, cpu_cores=[0.5],
+    ...                      samples_per_cpu_s=2000.0, rss_mb=[60.0], finished=True, wall_s=4.0))
+    'bare                    1,000 samples/s        36 msg/s  cpu [0.5] (2,000/cpu-s)  rss [60.0]  finished  4 s'
+    >>> describe("bare", Run("b", 1, 100, 2800, why="1 progress point(s)", finished=True, wall_s=2.0))
+    'bare                n/a (1 progress point(s))  finished  2 s'
+    """
+    if run.samples_per_s is None:
+        head = f"{name:18s}  n/a ({run.why})"
+    else:
+        per_cpu = f" ({run.samples_per_cpu_s:,.0f}/cpu-s)" if run.samples_per_cpu_s else ""
+        waited = f" waited for a cpu {run.cpu_wait_cores}" if run.cpu_wait_cores else ""
+        head = (f"{name:18s} {run.samples_per_s:>10,.0f} samples/s {run.messages_per_s or 0:>9,.0f} msg/s  "
+                f"cpu {run.cpu_cores}{per_cpu}{waited}  rss {run.rss_mb}")
+    how = "finished" if run.finished else "window" if run.samples_per_s is not None else "unfinished"
+    return f"{head}  {how}{' (coarse fit)' if run.coarse and run.samples_per_s else ''}  {run.wall_s or 0:.0f} s"
 
 
 def main() -> None:  # python -m benchmarks.lockbench (same as lockstep bench)

@@ -31,7 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="smaller backlogs (a minute or two)")
+    p.add_argument("--quick", action="store_true",
+                   help="headline rows only, each from an 8 s window; no scaling runs (2-3 minutes)")
+    p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=None,
+                   help="the peer rows (Quix Streams, Bytewax: the bench extra); default on, off with --quick")
     p.add_argument("--no-docs", action="store_true", help="do not rewrite the table in docs/performance.md")
     p.add_argument("--output", type=Path, help="JSON file (default benchmarks/results/<commit>.json)")
     p.add_argument("--worker-cores", type=float, default=0.6, metavar="CORES",
@@ -45,28 +48,42 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "n/a"
 
 
-def _round_ratios(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """`` (rounds: 0.45, 0.49, 0.47)``: the ratio of each repeated round, when there were several."""
-    ra, rb = a.get("rounds") or [], b.get("rounds") or []
-    if len(ra) < 2 or len(ra) != len(rb):
-        return ""
-    return " (rounds: " + ", ".join(f"{x / y:.2f}" if x and y else "n/a" for x, y in zip(ra, rb, strict=True)) + ")"
+#: One round's ratio on this shared machine moves by about this much either way (rounds of the same
+#: code at 4ee35a0: bare 213,944-403,438 samples/s), so a one-round ratio this close to 1 says nothing.
+NOISE = 0.2
 
 
-def _paired(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """The ratio of run ``a`` to baseline ``b``: the median of the rounds' same-run ratios when the runs
-    were repeated, else the one ratio; followed by every round's ratio.
+def _paired(a: dict[str, Any], b: dict[str, Any], figure: str = "samples_per_s") -> str:
+    """The ratio of run ``a`` to baseline ``b`` in ``figure`` (``samples_per_s``, or
+    ``samples_per_cpu_s``: per CPU-second): the median of the rounds' same-run ratios with their
+    spread when the runs were repeated, else the one ratio; marked as noise when the rounds fall on
+    both sides of 1.0, or when one round is within :data:`NOISE` of 1.0.
 
     >>> _paired({"samples_per_s": 4.0, "rounds": [3.0, 4.0, 9.0]}, {"samples_per_s": 2.0, "rounds": [2.0, 1.0, 3.0]})
-    '3.00x (rounds: 1.50, 4.00, 3.00)'
+    '3.00x (1.50-4.00 over 3 rounds)'
     >>> _paired({"samples_per_s": 3.0}, {"samples_per_s": 2.0})
-    '1.50x'
+    '1.50x (one round)'
+    >>> _paired({"samples_per_s": 2.1}, {"samples_per_s": 2.0})
+    '1.05x (one round; noise: within 20% of 1)'
+    >>> _paired({"samples_per_s": 1, "rounds": [1.0, 1.0]}, {"samples_per_s": 1, "rounds": [0.9, 1.2]})
+    '0.83x (0.83-1.11 over 2 rounds; noise: rounds either side of 1)'
+    >>> _paired({"samples_per_cpu_s": 3.0, "cpu_rounds": [3.0]}, {"samples_per_cpu_s": 1.0}, "samples_per_cpu_s")
+    '3.00x (one round)'
+    >>> _paired({}, {"samples_per_s": 2.0})
+    'n/a'
     """
-    ra, rb = a.get("rounds") or [], b.get("rounds") or []
+    key = "cpu_rounds" if figure == "samples_per_cpu_s" else "rounds"
+    ra, rb = a.get(key) or [], b.get(key) or []
     pairs = sorted(x / y for x, y in zip(ra, rb, strict=False) if x and y) if len(ra) == len(rb) > 1 else []
-    if pairs:
-        return f"{pairs[(len(pairs) - 1) // 2]:.2f}x{_round_ratios(a, b)}"
-    return _ratio(a.get("samples_per_s"), b.get("samples_per_s"))
+    if len(pairs) > 1:
+        mid = pairs[(len(pairs) - 1) // 2]
+        noise = "; noise: rounds either side of 1" if pairs[0] < 1.0 < pairs[-1] else ""
+        return f"{mid:.2f}x ({pairs[0]:.2f}-{pairs[-1]:.2f} over {len(pairs)} rounds{noise})"
+    x, y = a.get(figure), b.get(figure)
+    if not x or not y:
+        return "n/a"
+    noise = f"; noise: within {NOISE:.0%} of 1" if abs(x / y - 1.0) < NOISE else ""
+    return f"{x / y:.2f}x (one round{noise})"
 
 
 def _p99s(lat: dict[str, Any]) -> str:
@@ -88,77 +105,154 @@ def _per_cpu(run: dict[str, Any]) -> str:
     return f"{v:,.0f}" if v else "n/a"
 
 
+def _sps(run: dict[str, Any] | None) -> str:
+    """A run's samples/s, or n/a and why (too few progress points, not run).
+
+    >>> _sps({"samples_per_s": 1234.5}), _sps(None), _sps({"why": "1 progress point(s)"})
+    ('1,234', 'n/a (not run)', 'n/a (1 progress point(s))')
+    """
+    if not run:
+        return "n/a (not run)"
+    v = run.get("samples_per_s")
+    return f"{v:,.0f}" if v else f"n/a ({run.get('why') or 'no rate'})"
+
+
+#: At or above this share of the wall time running or waiting for a CPU, a process is taken as
+#: CPU-bound (it would have run more with more cores), not waiting on its fetches.
+CPU_BOUND = 0.85
+
+
+def _with_cpu(run: dict[str, Any] | None, bound_note: bool = False) -> str:
+    """``135,056 on 1.03 core = 131,118/CPU-s``; with ``bound_note``, whether the process was CPU-bound:
+    the CPU it used plus the time its threads waited on a run queue for one (``cpu_wait_cores``), per
+    process, against :data:`CPU_BOUND`. On a loaded machine a CPU-bound process gets less than a core.
+
+    >>> _with_cpu({"samples_per_s": 9e4, "cpu_cores": [0.45], "cpu_wait_cores": [0.1], "samples_per_cpu_s": 2e5},
+    ...           bound_note=True)
+    '90,000 on 0.45 core = 200,000/CPU-s (not CPU-bound: ran 0.45 + waited 0.10 for a CPU; the rest on fetches)'
+    >>> _with_cpu({"samples_per_s": 9e4, "cpu_cores": [0.25], "cpu_wait_cores": [0.7], "samples_per_cpu_s": 3.6e5},
+    ...           bound_note=True)
+    '90,000 on 0.25 core = 360,000/CPU-s (CPU-bound: ran 0.25 + waited 0.70 for a CPU)'
+    """
+    if not run:
+        return "n/a (not run)"
+    cores = run.get("cpu_cores")
+    if not cores or not run.get("samples_per_s"):
+        return _sps(run)
+    note = ""
+    waits = run.get("cpu_wait_cores")
+    if bound_note and waits and len(waits) == len(cores):
+        ran, waited = sum(cores) / len(cores), sum(waits) / len(waits)
+        busy = f"ran {ran:.2f} + waited {waited:.2f} for a CPU"
+        bound = ran + waited >= CPU_BOUND
+        note = f" (CPU-bound: {busy})" if bound else f" (not CPU-bound: {busy}; the rest on fetches)"
+    return f"{_sps(run)} on {'+'.join(f'{c:.2f}' for c in cores)} core = {_per_cpu(run)}/CPU-s{note}"
+
+
 def _budget_row(doc: dict[str, Any]) -> str:
     """The scaling row at a fixed CPU budget per worker (benchmarks.cpulimit), or why it was not measured.
 
     >>> _budget_row({"batched": {"runs": {}, "cpu_budget": "no writable cgroup cpu controller under /x"}})
-    '| scaling at a CPU budget per worker: 2 worker processes vs 1 | n/a | ... | >= 1.7x where cores allow |'
+    '| scaling at a CPU budget per worker: 2 worker processes vs 1 | n/a | ... | - | >= 1.7x where cores allow |'
     """
     b = doc["batched"]
     one, two = b["runs"].get("worker_budget"), b["runs"].get("worker_budget_x2")
     label = "| scaling at a CPU budget per worker: 2 worker processes vs 1 |"
     if not one or not two:
-        return f"{label} n/a | not measured: {b.get('cpu_budget', 'older bench')} | - | >= 1.7x where cores allow |"
-    sps1, sps2 = one.get("samples_per_s"), two.get("samples_per_s")
-    return (f"{label} {sps2 or 0:,.0f} ({two.get('cpu_budget')} core each; got {_cores(two)}) | 1 worker "
-            f"{sps1 or 0:,.0f} (got {_cores(one)}) | {_paired(two, one)} | >= 1.7x where cores allow |")
+        return (f"{label} n/a | not measured: {b.get('cpu_budget', 'older bench')} | - | - "
+                "| >= 1.7x where cores allow |")
+    return (f"{label} {_sps(two)} ({two.get('cpu_budget')} core each; got {_cores(two)}) | 1 worker "
+            f"{_sps(one)} (got {_cores(one)}) | {_paired(two, one)} | {_paired(two, one, 'samples_per_cpu_s')} "
+            "| >= 1.7x where cores allow |")
+
+
+def _peer_rows(doc: dict[str, Any]) -> list[str]:
+    """One row per peer framework (benchmarks.peers): measured, or why not."""
+    from benchmarks.peers import PEERS
+
+    runs = doc["batched"]["runs"]
+    worker = runs["worker"]
+    status = doc.get("peers") or {}
+    rows = []
+    for kind, (_, label) in PEERS.items():
+        name = "peer_" + kind.replace("-", "_")
+        peer = runs.get(name)
+        what = f"| batched, Lockstep's whole pipeline vs {label} doing decode + rolling z-score only |"
+        if not peer:
+            rows.append(f"{what} {_with_cpu(worker)} | n/a: {status.get(kind, 'not run')} | - | - | "
+                        ">= 1.0x per CPU-s of the faster peer |")
+            continue
+        rows.append(f"{what} {_with_cpu(worker)} | {_with_cpu(peer)} | {_paired(worker, peer)} | "
+                    f"{_paired(worker, peer, 'samples_per_cpu_s')} | >= 1.0x per CPU-s of the faster peer |")
+    return rows
 
 
 def table(doc: dict[str, Any]) -> str:
-    """The Markdown table of one bench document (what docs/performance.md shows)."""
+    """The Markdown table of one bench document (what docs/performance.md shows); rows a ``--quick``
+    run does not measure say so."""
     b = doc["batched"]["runs"]
     s = doc["single"]["runs"]
     st = doc["state"]
     lat = doc["latency"]
     m = doc["machine"]
-
-    def sps(run: dict[str, Any]) -> str:
-        v = run.get("samples_per_s")
-        return f"{v:,.0f}" if v else "n/a"
-
+    quick = bool(doc.get("quick"))
+    skipped = "not run with --quick" if quick else "not run"
     stock_s = s.get("faust_stock", {})
     stock_b = b.get("faust_stock", {})
-    bare1 = b["bare"].get("samples_per_s")
-    bare2 = b["bare_x2"].get("samples_per_s")
-    per_cpu1 = b["worker"].get("samples_per_cpu_s")
+    per_msg = doc["batched"]["loaded"]["samples"] / doc["batched"]["loaded"]["messages"]
     rows = [
-        "| figure | Lockstep | baseline (same run) | ratio (median of the rounds' same-run ratios) | goal |",
-        "|---|---|---|---|---|",
-        f"| batched messages ({doc['batched']['loaded']['samples'] / doc['batched']['loaded']['messages']:.0f} "
-        f"samples/message), samples/s, 1 worker process | {sps(b['worker'])} | bare aiokafka+orjson "
-        f"{sps(b['bare'])} | {_paired(b['worker'], b['bare'])} | >= 0.50x |",
-        f"| one sample per message, samples/s, 1 worker process | {sps(s['worker'])} | do-nothing Faust agent "
-        f"{sps(stock_s)} (bare {sps(s['bare'])}) | {_paired(s['worker'], stock_s)} | "
-        f">= 0.75x |",
-        f"| one sample per message: the same vs a do-nothing agent with Lockstep's hand-over "
-        f"(`agents/transport.py`) | {sps(s['worker'])} | {sps(s['faust_noop'])} | "
-        f"{_paired(s['worker'], s['faust_noop'])} | (reference) |",
-        f"| batched, do-nothing Faust agent / with Lockstep's hand-over, samples/s | {sps(stock_b)} / "
-        f"{sps(b['faust_noop'])} | bare {sps(b['bare'])} | {_ratio(stock_b.get('samples_per_s'), bare1)} / "
-        f"{_ratio(b['faust_noop'].get('samples_per_s'), bare1)} | (reference) |",
-        f"| alert latency at {lat['rate_samples_per_s']:,.0f} samples/s (50% of max), p50 / p99 | "
-        f"{lat['p50_s']} s / {lat['p99_s']} s ({lat['measured']} alerts{_p99s(lat)}) | - | - | p99 < 2 s |",
-        f"| state per series at {st['10000']['series']:,} series (arrays + registry / heap / snapshot) | "
-        f"{st['10000']['arrays_and_registry_bytes_per_series']:,.0f} / {st['10000']['heap_bytes_per_series']:,.0f} / "
-        f"{st['10000']['snapshot_bytes_per_series']:,.0f} B | - | - | <= 2 KB |",
-        f"| state per series at {st['100000']['series']:,} series (arrays + registry / heap / snapshot) | "
-        f"{st['100000']['arrays_and_registry_bytes_per_series']:,.0f} / "
-        f"{st['100000']['heap_bytes_per_series']:,.0f} / {st['100000']['snapshot_bytes_per_series']:,.0f} B | - | - |"
-        f" <= 2 KB |",
-        f"| worker resident memory: {doc['batched']['loaded'].get('series', 0):,}"
-        f" series / {st['worker_100k']['series']:,} series | {b['worker']['rss_mb']} MB / "
-        f"{st['worker_100k']['rss_mb']} MB | bare consumer {b['bare']['rss_mb']} MB | - | - |",
-        f"| scaling, 8 partitions: 2 worker processes vs 1 | {sps(b['worker_x2'])} | 1 worker {sps(b['worker'])}; "
-        f"bare 2 vs 1: {_ratio(bare2, bare1)} | {_paired(b['worker_x2'], b['worker'])} | "
-        f">= 1.7x where cores allow |",
-        f"| scaling: CPU the workers got (cores; broker) / samples per worker CPU-second | 2 workers "
-        f"{_cores(b['worker_x2'])} / {_per_cpu(b['worker_x2'])} | 1 worker {_cores(b['worker'])} / "
-        f"{_per_cpu(b['worker'])} | {_ratio(b['worker_x2'].get('samples_per_cpu_s'), per_cpu1)} per CPU-second | "
-        f"(what limits the ratio above) |",
-        _budget_row(doc),
+        "| figure | Lockstep | baseline (same run) | ratio, samples/s | ratio, per CPU-second | goal |",
+        "|---|---|---|---|---|---|",
+        f"| batched messages ({per_msg:.0f} samples/message), samples/s, 1 worker process | {_with_cpu(b['worker'])} "
+        f"| bare aiokafka+orjson {_with_cpu(b['bare'], bound_note=True)} | {_paired(b['worker'], b['bare'])} | "
+        f"{_paired(b['worker'], b['bare'], 'samples_per_cpu_s')} | >= 0.75x; >= 0.50x per CPU-s |",
+        *_peer_rows(doc),
+        f"| one sample per message, samples/s, 1 worker process | {_with_cpu(s['worker'])} | do-nothing Faust agent "
+        f"{_with_cpu(stock_s)} (bare {_sps(s.get('bare'))}) | {_paired(s['worker'], stock_s)} | "
+        f"{_paired(s['worker'], stock_s, 'samples_per_cpu_s')} | >= 0.75x |",
     ]
-    head = (f"Commit `{doc['commit']}`, {doc['started']}; machine: {m['cpu']}, {m['cores']} cores shared with the "
-            f"broker and other engineers' work, Python {m['python']}{' (quick run)' if doc.get('quick') else ''}.")
+    if s.get("faust_noop"):
+        rows.append(f"| one sample per message: the same vs a do-nothing agent with Lockstep's hand-over "
+                    f"(`agents/transport.py`) | {_sps(s['worker'])} | {_sps(s['faust_noop'])} | "
+                    f"{_paired(s['worker'], s['faust_noop'])} | "
+                    f"{_paired(s['worker'], s['faust_noop'], 'samples_per_cpu_s')} | (reference) |")
+    rows.append(f"| batched, do-nothing Faust agent / with Lockstep's hand-over, vs bare | {_with_cpu(stock_b)} / "
+                f"{_with_cpu(b.get('faust_noop')) if b.get('faust_noop') else skipped} | bare {_sps(b['bare'])} | "
+                f"{_paired(stock_b, b['bare'])} | {_paired(stock_b, b['bare'], 'samples_per_cpu_s')} | (reference) |")
+    cluster = f", {lat['gpus']:,}-GPU cluster" if lat.get("gpus") else ""
+    rows.append(f"| alert latency at {lat['rate_samples_per_s']:,.0f} samples/s (50% of max{cluster}), p50 / p99 | "
+                f"{lat['p50_s']} s / {lat['p99_s']} s ({lat['measured']} alerts{_p99s(lat)}) | - | - | - | p99 < 1 s |")
+    for target in ("10000", "100000"):
+        if target in st:
+            x = st[target]
+            rows.append(f"| state per series at {x['series']:,} series (arrays + registry / heap / snapshot) | "
+                        f"{x['arrays_and_registry_bytes_per_series']:,.0f} / {x['heap_bytes_per_series']:,.0f} / "
+                        f"{x['snapshot_bytes_per_series']:,.0f} B | - | - | - | <= 1.5 KB at 100k |")
+        else:
+            rows.append(f"| state per series at ~{int(target):,} series | {skipped} | - | - | - | <= 1.5 KB at 100k |")
+    big = st.get("worker_100k")
+    big_series = f"{big['series']:,} series" if big else "~100k series"
+    big_rss = f"{big['rss_mb']} MB" if big else skipped
+    rows.append(f"| worker resident memory: {doc['batched']['loaded'].get('series', 0):,} series / {big_series} | "
+                f"{b['worker']['rss_mb']} MB / {big_rss} | bare consumer {b['bare']['rss_mb']} MB | - | - | - |")
+    if b.get("worker_x2"):
+        bare2 = b.get("bare_x2", {})
+        rows += [
+            f"| scaling, 8 partitions: 2 worker processes vs 1 | {_sps(b['worker_x2'])} | "
+            f"1 worker {_sps(b['worker'])}; "
+            f"bare 2 vs 1: {_ratio(bare2.get('samples_per_s'), b['bare'].get('samples_per_s'))} | "
+            f"{_paired(b['worker_x2'], b['worker'])} | {_paired(b['worker_x2'], b['worker'], 'samples_per_cpu_s')} | "
+            f">= 1.7x where cores allow |",
+            f"| scaling: CPU the workers got (cores; broker) | 2 workers {_cores(b['worker_x2'])} | 1 worker "
+            f"{_cores(b['worker'])} | - | - | (what limits the ratio above) |",
+        ]
+    else:
+        rows.append(f"| scaling, 8 partitions: 2 worker processes vs 1 | {skipped} | - | - | - | >= 1.7x where cores "
+                    "allow |")
+    rows.append(_budget_row(doc))
+    wall = f", {doc['wall_s']:.0f} s" if doc.get("wall_s") else ""
+    head = (f"Commit `{doc['commit']}`, {doc['started']}{wall}; machine: {m['cpu']}, {m['cores']} cores shared with "
+            f"the broker and other engineers' work, Python {m['python']}{' (quick run)' if quick else ''}.")
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
@@ -185,7 +279,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     try:
         return await run_all(bootstrap, quick=args.quick, say=lambda line: print(line, flush=True),
                              repeat=max(1, args.repeat), broker_pid=broker.pid if broker is not None else None,
-                             worker_cores=args.worker_cores or None)
+                             worker_cores=args.worker_cores or None, peer_rows=args.peers)
     finally:
         if broker is not None:
             broker.stop()

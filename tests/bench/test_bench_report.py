@@ -1,0 +1,137 @@
+"""What ``lockstep bench`` reports from its measurements (no broker: the rate fit, the ratio and noise
+rules, the table of a quick run and of a run without the peer frameworks, the peers' own arithmetic)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import peers
+from benchmarks.lockbench import Run, coarse, describe, read_progress, slope
+from lockstep.commands.bench import _paired, table
+
+
+def run(sps: float | None, per_cpu: float | None = None, cores: list[float] | None = None,
+        **extra: Any) -> dict[str, Any]:
+    return {"samples_per_s": sps, "samples_per_cpu_s": per_cpu, "cpu_cores": cores, "rss_mb": [100.0], **extra}
+
+
+def quick_doc(peer_status: dict[str, str]) -> dict[str, Any]:
+    """A document shaped as run_all writes it with quick=True (the rows a quick run measures)."""
+    return {
+        "commit": "abc", "started": "2026-12-01T00:00:00Z", "quick": True, "wall_s": 95.0, "peers": peer_status,
+        "machine": {"cpu": "x", "cores": 2, "python": "3.11"},
+        "batched": {"loaded": {"messages": 100, "samples": 2800, "series": 14301}, "cpu_budget": "not run with --quick",
+                    "runs": {"bare": run(400_000.0, 1_000_000.0, [0.4], cpu_wait_cores=[0.1]),
+                             "faust_stock": run(200_000.0, 300_000.0, [0.7]),
+                             "worker": run(100_000.0, 110_000.0, [0.9])}},
+        "single": {"loaded": {"messages": 50, "samples": 50},
+                   "runs": {"bare": run(None, why="1 progress point(s)"), "faust_stock": run(5000.0, 6000.0, [0.8]),
+                            "worker": run(4000.0, 4500.0, [0.9])}},
+        "state": {"10000": {"series": 10057, "arrays_and_registry_bytes_per_series": 1875.0,
+                            "heap_bytes_per_series": 2689.0, "snapshot_bytes_per_series": 84.0}},
+        "latency": {"rate_samples_per_s": 50000.0, "p50_s": 0.5, "p99_s": 0.9, "measured": 6},
+    }
+
+
+def test_a_backlog_drained_within_two_commits_still_gets_a_rate_not_zero() -> None:
+    # The single-sample bare consumer at 020ffc4: its first commit at 7 s (start-up), its last at 8 s.
+    points = [(0.0, 0), (7.0, 20_000), (8.0, 26_910)]
+    assert coarse(points, 26_910)
+    assert slope(points, 26_910) == pytest.approx(6_910.0)
+
+
+def test_the_fit_ignores_the_start_up_before_the_first_commit() -> None:
+    points = [(0.0, 0)] + [(10.0 + i, 1000 * (i + 1)) for i in range(8)] + [(19.0, 10_000)]
+    assert not coarse(points, 10_000)
+    assert slope(points, 10_000) == pytest.approx(1000.0)
+
+
+def test_a_run_without_a_rate_says_why_instead_of_printing_zero() -> None:
+    line = describe("bare", Run("b", 1, 10, 10, why="1 progress point(s)", finished=True, wall_s=2.0))
+    assert "n/a (1 progress point(s))" in line
+    assert " 0 samples/s" not in line
+
+
+def test_ratios_carry_their_spread_over_rounds_and_say_when_they_are_noise() -> None:
+    worker = {"samples_per_s": 120.0, "rounds": [100.0, 120.0, 140.0], "cpu_rounds": [50.0, 55.0, 60.0]}
+    bare = {"samples_per_s": 200.0, "rounds": [200.0, 200.0, 100.0], "cpu_rounds": [500.0, 500.0, 500.0]}
+    assert _paired(worker, bare) == "0.60x (0.50-1.40 over 3 rounds; noise: rounds either side of 1)"
+    assert _paired(worker, bare, "samples_per_cpu_s") == "0.11x (0.10-0.12 over 3 rounds)"
+
+
+def test_the_quick_table_says_which_rows_it_did_not_run_and_gives_each_ratio_per_cpu_second() -> None:
+    status = {"quix": "quixstreams not installed (pip install -e '.[bench]')", "quix-memory": "x",
+              "bytewax": "not run with --quick (add --peers)", "bytewax-recovery": "y"}
+    text = table(quick_doc(status))
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("|")}
+    batched = next(v for k, v in rows.items() if k.startswith("| batched messages"))
+    assert "0.25x (one round)" in batched  # 100k / 400k samples/s
+    assert "0.11x (one round)" in batched  # 110k / 1M per CPU-second
+    assert "not CPU-bound: ran 0.40 + waited 0.10" in batched  # half its time on fetches
+    assert "n/a: quixstreams not installed" in text
+    assert "n/a: not run with --quick (add --peers)" in text
+    assert "| state per series at ~100,000 series | not run with --quick |" in text
+    assert "| scaling, 8 partitions: 2 worker processes vs 1 | not run with --quick |" in text
+    assert "(bare n/a (1 progress point(s)))" in text
+    assert "95 s" in text.splitlines()[0]
+
+
+def test_peers_are_reported_missing_when_their_framework_is_not_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bytewax" else real(name, *a))
+    status = peers.available()
+    assert status["bytewax"] == status["bytewax-recovery"] == "bytewax not installed (pip install -e '.[bench]')"
+
+
+def test_progress_files_are_summed_and_a_missing_one_counts_nothing(tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("3.5 40\n")
+    (tmp_path / "b").write_text("torn")
+    assert read_progress([tmp_path / "a", tmp_path / "b", tmp_path / "c"]) == (3.5, 40)
+    assert read_progress([tmp_path / "c"]) == (None, 0)
+
+
+def test_the_peers_rolling_baseline_converges_and_scores_an_outlier() -> None:
+    state = None
+    for i in range(200):
+        state, z = peers.update_baseline(state, 10.0 + (i % 2))  # alternates 10, 11: mean 10.5, sd 0.5
+    assert state is not None
+    assert state[0] == pytest.approx(10.5, abs=0.05)
+    assert math.sqrt(state[1]) == pytest.approx(0.5, abs=0.05)
+    assert abs(z) < 1.5
+    assert peers.update_baseline(state, 20.0)[1] > peers.Z_LIMIT
+
+
+def test_two_series_that_differ_only_by_a_label_have_different_keys() -> None:
+    a = {"metric": "port_xmit_discards", "source": "leaf01", "labels": {"port": "1"}}
+    b = {"metric": "port_xmit_discards", "source": "leaf01", "labels": {"port": "2"}}
+    assert peers.series_key(a) != peers.series_key(b)
+    assert peers.series_key({**a, "labels": {"port": "1", "x": "y"}}) == peers.series_key(
+        {**a, "labels": {"x": "y", "port": "1"}})
+
+
+def test_the_peers_docstring_examples_run() -> None:
+    import doctest
+
+    result = doctest.testmod(peers, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+def test_a_full_run_document_renders_every_row_including_scaling_and_the_budget() -> None:
+    import orjson
+
+    # A full --repeat 3 run's JSON (before the peers and per-CPU rounds existed): the scaling, budget,
+    # 100k-series and reference rows all render, and the missing peers say so instead of failing.
+    doc = orjson.loads((Path(__file__).parents[2] / "benchmarks" / "results" / "4ee35a0a9ea2.json").read_bytes())
+    text = table(doc)
+    assert "| scaling, 8 partitions: 2 worker processes vs 1 | 232,248 |" in text
+    assert "1.47x (1.43-1.72 over 3 rounds)" in text
+    assert "2.32x (2.20-2.59 over 3 rounds)" in text  # the budgeted 2-vs-1
+    assert "state per series at 99,638 series" in text
+    assert "n/a: not run" in text  # the peer rows of a run that had none
+    assert "not run with --quick" not in text
