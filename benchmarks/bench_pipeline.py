@@ -12,7 +12,9 @@ the tree's detectors, rates and inventory), so only the pipeline module differs 
 Load: :class:`lockstep.loadgen.LoadGenerator` scrapes (one message per source and scrape) with one
 incident, spread over ``partitions`` input partitions by key as the producer spreads them, handed
 over ``scrapes_per_batch`` scrapes per ``process_many`` call (so a batch holds several samples of a
-series: several rounds). Each run starts from fresh pipelines.
+series: several rounds), with a few bad messages (not JSON, not a sample, an old one again: late)
+so the comparison covers dead letters too. Each run starts from fresh pipelines. ``--timed`` runs the current version
+with a stage timer, as the ingest agent calls it.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def load_module(path: Path, name: str = "pipeline_baseline") -> ModuleType:
     return module
 
 
-def workload(gpus: int, scrapes: int, partitions: int, per_batch: int
+def workload(gpus: int, scrapes: int, partitions: int, per_batch: int, bad: bool = True
              ) -> tuple[InventoryIndex, list[tuple[str, list[tuple[bytes, str, int, int]]]], int]:
     """The inventory, the batches as ``(origin, [(raw, topic, partition, offset), ...])``, and the samples."""
     gen = LoadGenerator(LoadSpec(gpus=gpus, incidents=((0, scrapes // 2),), incident_s=scrapes / 4))
@@ -54,22 +56,35 @@ def workload(gpus: int, scrapes: int, partitions: int, per_batch: int
         inv.apply(inventory_adapter.validate_python(doc))
     offsets: dict[str, int] = {}
     batches = []
-    for first in range(0, scrapes, per_batch):
+    first_raw: dict[str, list[bytes]] = {}  # per input partition: its first message of each batch
+    for n, first in enumerate(range(0, scrapes, per_batch)):
         groups: dict[str, list[tuple[bytes, str, int, int]]] = {}
+
+        def add(origin: str, topic: str, p: int, raw: bytes, groups: dict[str, Any] = groups) -> None:
+            off = offsets.get(origin, 0)
+            offsets[origin] = off + 1
+            groups.setdefault(origin, []).append((raw, topic, p, off))
+
         for k in range(first, min(first + per_batch, scrapes)):
             for layer, key, raw in gen.messages(k):
                 topic = f"telemetry.{layer}"
                 p = zlib.crc32(key) % partitions
-                origin = f"{topic}:{p}"
-                off = offsets.get(origin, 0)
-                offsets[origin] = off + 1
-                groups.setdefault(origin, []).append((raw, topic, p, off))
+                add(f"{topic}:{p}", topic, p, raw)
+        if bad:  # every stage's dead letters among the good messages: not JSON, not a sample, out of order
+            for origin in sorted(groups):
+                topic, p = origin.rsplit(":", 1)
+                first_raw.setdefault(origin, []).append(groups[origin][0][0])
+                if n % 10 == 0:
+                    add(origin, topic, int(p), b"{not json")
+                    add(origin, topic, int(p), b'[{"ts": 1.0}]')
+                if n % 10 == 5:
+                    add(origin, topic, int(p), first_raw[origin][-3])  # two batches back: late
         batches += sorted(groups.items())
     return inv, batches, gen.samples_per_scrape * scrapes
 
 
 def run(module: ModuleType, inv: InventoryIndex, batches: list[tuple[str, list[tuple[bytes, str, int, int]]]],
-        keep: bool = False) -> tuple[float, int, list[Any]]:
+        keep: bool = False, timed: bool = False) -> tuple[float, int, list[Any]]:
     """Every batch through fresh pipelines of ``module``: CPU seconds inside ``process_many`` (the cores
     are shared, so wall time would measure the neighbours), samples, outputs."""
     pipes: dict[str, Any] = {}
@@ -85,7 +100,7 @@ def run(module: ModuleType, inv: InventoryIndex, batches: list[tuple[str, list[t
         if pipe is None:
             pipe = pipes[origin] = module.PartitionPipeline(origin, config, inv)
         t0 = time.thread_time()
-        out = pipe.process_many(items)
+        out = pipe.process_many(items, time.perf_counter) if timed else pipe.process_many(items)
         spent += time.thread_time() - t0
         samples += out.samples
         if keep:
@@ -108,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--scrapes-per-batch", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--timed", action="store_true",
+                        help="time the current version's stages as the ingest agent does (process_many's timer)")
     args = parser.parse_args(argv)
     import streams.pipeline as current
 
@@ -119,13 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         a, b = (run(m, inv, batches, keep=True)[2] for m in versions.values())
         differ = sum(comparable(x) != comparable(y) for x, y in zip(a, b, strict=True))
         anomalies = sum(len(o.anomalies) for o in a)
-        print(f"outputs: {len(a)} batches, {anomalies} anomalies; {differ} batches differ")
+        dead = sum(len(o.dead_letters) for o in a)
+        print(f"outputs: {len(a)} batches, {anomalies} anomalies, {dead} dead letters; {differ} batches differ")
         if differ:
             return 1
     rates: dict[str, list[float]] = {name: [] for name in versions}
     for _ in range(args.repeat):
         for name, module in versions.items():
-            spent, samples, _ = run(module, inv, batches)
+            spent, samples, _ = run(module, inv, batches, timed=args.timed and module is current)
             rates[name].append(samples / spent)
     for name, r in rates.items():
         print(f"{name}: median {statistics.median(r):,.0f} samples per CPU second over {len(r)} runs "
