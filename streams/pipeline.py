@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -56,6 +55,7 @@ from streams.stages import (
     Stage,
     StageRef,
     Validate,
+    merged_points_records,
 )
 from streams.stages.episodes import SYMPTOM_MEANINGS
 from streams.stages.points import LANE_CODE, LANE_NAMES, PEER_CODES
@@ -79,20 +79,26 @@ INGEST_STAGES: tuple[Stage, ...] = (
 #: The stages after ingest: they run per job on the correlation side (the ``correlate`` agent) and in
 #: ``lockstep deliver``; named here so the whole path reads in one place.
 CORRELATION_STAGES: tuple[StageRef, ...] = (
-    StageRef("correlate", "streams.correlation.correlator.Correlator (the rules of streams.correlation.registry)",
+    StageRef("correlate", "correlate agent",
+             ("streams.correlation.correlator.Correlator.on_record", "streams.correlation.registry.RULES"),
              "anomaly episodes, points and clock records onto per-job timelines; each rule judges each job as "
              "the watermark moves"),
-    StageRef("inhibit", "streams.correlation.rule.RuleContext.inhibit, streams.rules.Rules.inhibited_by",
+    StageRef("inhibit", "correlate agent",
+             ("streams.correlation.rule.RuleContext.inhibit", "streams.correlation.rule.Emitter.inhibited_by"),
              "a symptom alert that a firing cause alert explains is reported, not emitted"),
-    StageRef("silence", "streams.correlation.rule.Emitter.emit, streams.rules.Rules.silenced_by",
+    StageRef("silence", "correlate agent", ("streams.correlation.rule.Emitter.emit", "streams.rules.Rules.silenced_by"),
              "each alert stamped with the silences and maintenance windows active at its event time"),
-    StageRef("track", "streams.correlation.rule.Emitter.open_alerts, Correlator._unsilence",
-             "firing alerts kept until resolved: inhibition sources, re-emitted when a silence ends"),
-    StageRef("emit", "streams.correlation.rule.Emitter.emit -> CorrelatorOutput.alerts -> agents/correlating.py",
+    StageRef("track", "correlate agent",
+             ("streams.correlation.rule.Emitter", "streams.correlation.correlator.Correlator._unsilence"),
+             "firing alerts kept until resolved: inhibition sources, emitted again when a silence ends"),
+    StageRef("emit", "correlate agent", ("streams.correlation.rule.CorrelatorOutput", "agents.correlating.Correlate"),
              "alerts (and timelines, stats) to their topics"),
-    StageRef("route", "streams.routes, streams.dispatch", "the route tree and grouping pick each alert's receivers"),
-    StageRef("deliver", "lockstep.delivery (one module per receiver kind)",
-             "each receiver's sender, retries and parking; dead letters with stage ``deliver.<receiver>``"),
+    StageRef("route", "lockstep deliver", ("streams.routes.Route.match", "streams.dispatch.Notification"),
+             "the route tree and grouping pick each alert's receivers"),
+    StageRef("deliver", "lockstep deliver",
+             ("lockstep.delivery.worker.ReceiverWorker", "lockstep.delivery.receivers.RECEIVERS"),
+             "each receiver's sender (one module per kind), retries and parking; dead letters with stage "
+             "``deliver.<receiver>``"),
 )
 
 #: Every stage of a sample's path, by name, in order: what ``process_many`` runs, then the rest.
@@ -114,38 +120,6 @@ def worker_name(source: str, labels: dict[str, str]) -> str:
     """
     rank = labels.get("rank")
     return source if rank is None else f"{source}/rank{rank}"
-
-
-def merged_points_records(outputs: Sequence[tuple[str, PipelineOutput]]) -> list[dict[str, Any]]:
-    """One ``points`` record per job for the outputs of several input partitions of one batch.
-
-    The correlation side folds a record's groups whatever partition they came from, so a worker
-    sends one record per job per batch instead of one per job per input partition (with 56 input
-    partitions and batches of 0.2 s, that is 56x fewer records to send and to consume). ``origins``
-    lists the input partitions it covers. Group order is kept (partition order, then time).
-
-    >>> a, b = PipelineOutput(), PipelineOutput()
-    >>> a.points = {"j": {"gpu_util": [[1.0, [90.0]]]}}
-    >>> b.points = {"j": {"gpu_util": [[1.0, [80.0]]], "step_time": [[1.0, [2.0]]]}, "k": {"gpu_util": [[1.0, [5.0]]]}}
-    >>> b.workers = {"j": {"step_time": [[1.0, [2.0], ["n1/rank0"]]]}}
-    >>> [(r["job_id"], r["lanes"], r.get("workers"), r["origins"])
-    ...  for r in merged_points_records([("t:0", a), ("t:1", b)])]  # doctest: +NORMALIZE_WHITESPACE
-    [('j', {'gpu_util': [[1.0, [90.0]], [1.0, [80.0]]], 'step_time': [[1.0, [2.0]]]},
-      {'step_time': [[1.0, [2.0], ['n1/rank0']]]}, ['t:0', 't:1']),
-     ('k', {'gpu_util': [[1.0, [5.0]]]}, None, ['t:1'])]
-    """
-    jobs: dict[str, dict[str, Any]] = {}
-    for origin, out in outputs:
-        for job, lanes in out.points.items():
-            rec = jobs.get(job)
-            if rec is None:
-                rec = jobs[job] = {"type": "points", "job_id": job, "lanes": {}, "origins": []}
-            rec["origins"].append(origin)
-            for lane, groups in lanes.items():
-                rec["lanes"].setdefault(lane, []).extend(groups)
-            for lane, groups in out.workers.get(job, {}).items():
-                rec.setdefault("workers", {}).setdefault(lane, []).extend(groups)
-    return [jobs[job] for job in sorted(jobs)]
 
 
 class PartitionPipeline:

@@ -5,7 +5,16 @@ package's stages, in order) and :data:`streams.pipeline.PIPELINE` (every stage o
 the correlation and delivery side included).
 """
 
-from streams.stages.base import Batch, DeadLetterOut, Origin, PipelineOutput, Round, Stage, StageRef
+from streams.stages.base import (
+    Batch,
+    DeadLetterOut,
+    Origin,
+    PipelineOutput,
+    Round,
+    Stage,
+    StageRef,
+    merged_points_records,
+)
 from streams.stages.clocks import Clocks
 from streams.stages.decode import Decode
 from streams.stages.episodes import Episodes
@@ -16,4 +25,4 @@ from streams.stages.score import Score
 from streams.stages.validate import Validate
 
 __all__ = ["Batch", "Clocks", "DeadLetterOut", "Decode", "Episodes", "Normalise", "Origin", "PipelineOutput", "Points",
-           "Rate", "Round", "Score", "Stage", "StageRef", "Validate"]
+           "Rate", "Round", "Score", "Stage", "StageRef", "Validate", "merged_points_records"]

@@ -44,8 +44,10 @@ class StageRef:
     """A stage that runs elsewhere (the correlation and delivery side), named where the pipeline is listed."""
 
     name: str
-    #: The code that does it.
-    where: str
+    #: Where it runs (the agent or service).
+    runs_in: str
+    #: The code that does it, as importable dotted names (module, class or function, method).
+    code: tuple[str, ...]
     does: str
 
 
@@ -119,9 +121,39 @@ class PipelineOutput:
 
     def points_records(self, origin: str) -> list[dict[str, Any]]:
         """One ``points`` record per job (see :mod:`streams.lanes`)."""
-        from streams.pipeline import merged_points_records
-
         return merged_points_records([(origin, self)])
+
+
+def merged_points_records(outputs: Sequence[tuple[str, PipelineOutput]]) -> list[dict[str, Any]]:
+    """One ``points`` record per job for the outputs of several input partitions of one batch.
+
+    The correlation side folds a record's groups whatever partition they came from, so a worker
+    sends one record per job per batch instead of one per job per input partition (with 56 input
+    partitions and batches of 0.2 s, that is 56x fewer records to send and to consume). ``origins``
+    lists the input partitions it covers. Group order is kept (partition order, then time).
+
+    >>> a, b = PipelineOutput(), PipelineOutput()
+    >>> a.points = {"j": {"gpu_util": [[1.0, [90.0]]]}}
+    >>> b.points = {"j": {"gpu_util": [[1.0, [80.0]]], "step_time": [[1.0, [2.0]]]}, "k": {"gpu_util": [[1.0, [5.0]]]}}
+    >>> b.workers = {"j": {"step_time": [[1.0, [2.0], ["n1/rank0"]]]}}
+    >>> [(r["job_id"], r["lanes"], r.get("workers"), r["origins"])
+    ...  for r in merged_points_records([("t:0", a), ("t:1", b)])]  # doctest: +NORMALIZE_WHITESPACE
+    [('j', {'gpu_util': [[1.0, [90.0]], [1.0, [80.0]]], 'step_time': [[1.0, [2.0]]]},
+      {'step_time': [[1.0, [2.0], ['n1/rank0']]]}, ['t:0', 't:1']),
+     ('k', {'gpu_util': [[1.0, [5.0]]]}, None, ['t:1'])]
+    """
+    jobs: dict[str, dict[str, Any]] = {}
+    for origin, out in outputs:
+        for job, lanes in out.points.items():
+            rec = jobs.get(job)
+            if rec is None:
+                rec = jobs[job] = {"type": "points", "job_id": job, "lanes": {}, "origins": []}
+            rec["origins"].append(origin)
+            for lane, groups in lanes.items():
+                rec["lanes"].setdefault(lane, []).extend(groups)
+            for lane, groups in out.workers.get(job, {}).items():
+                rec.setdefault("workers", {}).setdefault(lane, []).extend(groups)
+    return [jobs[job] for job in sorted(jobs)]
 
 
 @dataclass(slots=True)

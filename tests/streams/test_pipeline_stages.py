@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 
 import orjson
@@ -51,7 +52,22 @@ def test_the_pipeline_is_one_list_of_uniquely_named_stages() -> None:
     assert names[len(STAGES):] == ["correlate", "inhibit", "silence", "track", "emit", "route", "deliver"]
     assert len(set(names)) == len(names)
     assert all(callable(s.run) for s in INGEST_STAGES)
-    assert all(isinstance(s, StageRef) and s.where for s in PIPELINE[len(STAGES):])  # run elsewhere: says where
+
+
+@pytest.mark.parametrize("ref", [s for s in PIPELINE if isinstance(s, StageRef)], ids=lambda s: s.name)
+def test_a_stage_that_runs_elsewhere_names_code_that_exists(ref: StageRef) -> None:
+    assert ref.runs_in and ref.does and ref.code
+    for dotted in ref.code:
+        parts = dotted.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
+            try:
+                obj: object = importlib.import_module(".".join(parts[:cut]))
+                break
+            except ModuleNotFoundError:
+                continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        assert obj is not None, dotted
 
 
 def test_a_pipeline_runs_the_list_it_is_given() -> None:
