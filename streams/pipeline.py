@@ -60,8 +60,8 @@ from streams.stages import (
 from streams.stages.episodes import SYMPTOM_MEANINGS
 from streams.stages.points import LANE_CODE, LANE_NAMES, PEER_CODES
 
-__all__ = ["INGEST_STAGES", "LANE_NAMES", "PIPELINE", "STAGES", "SYMPTOM_MEANINGS", "DeadLetterOut", "Origin",
-           "PartitionPipeline", "PipelineOutput", "merged_points_records", "worker_name"]
+__all__ = ["CORRELATION_STAGES", "INGEST_STAGES", "LANE_NAMES", "PIPELINE", "STAGES", "SYMPTOM_MEANINGS",
+           "DeadLetterOut", "Origin", "PartitionPipeline", "PipelineOutput", "merged_points_records", "worker_name"]
 
 # -- the pipeline ---------------------------------------------------------------------------------
 #: The ingest stages, in the order they run over each batch of an input partition.
