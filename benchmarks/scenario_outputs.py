@@ -11,14 +11,20 @@ on the tree before the change and once on the tree after, then diff the two dire
 Run as a script (not ``-m``) so that ``PYTHONPATH`` alone decides which tree is measured. It uses
 only what both trees have: :func:`lockstep.local.run_scenario` and the fields of its result. Each
 scenario gives one file of canonical JSON (sorted keys): alerts, anomalies, timelines, stats, the
-dead-letter and sample counts. ``diff`` exits 1 when any scenario differs, with the first difference.
+dead-letter and sample counts. With ``--replay`` each scenario also goes through ``lockstep replay``
+(the real worker on the embedded broker, a minute or two each), its alerts as written in
+``<scenario>.replay.jsonl``. ``diff`` compares every file byte for byte and exits 1 when any
+differs, with the first difference.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +47,26 @@ def canonical(doc: dict[str, Any]) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2)
 
 
-def write(directory: Path, names: list[str], seed: int) -> None:
+def replay(name: str, seed: int, target: Path) -> None:
+    """Scenario ``name`` written as a replay file and through ``lockstep replay`` (same ``PYTHONPATH``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        feed = Path(tmp) / f"{name}.jsonl"
+        for args in (["simulate", name, "--seed", str(seed), "-o", str(feed)],
+                     ["replay", "-i", str(feed), "-o", str(target)]):
+            subprocess.run([sys.executable, "-m", "lockstep.cli", *args], check=True, cwd=tmp, env=dict(os.environ),
+                           stdout=subprocess.DEVNULL)
+
+
+def write(directory: Path, names: list[str], seed: int, with_replay: bool = False) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name in names:
         blob = canonical(outputs(name, seed))
         (directory / f"{name}.json").write_bytes(blob)
         print(f"{name}: {hashlib.sha256(blob).hexdigest()[:16]} ({len(blob)} bytes)", flush=True)
+        if with_replay:
+            target = directory / f"{name}.replay.jsonl"
+            replay(name, seed, target)
+            print(f"{name} replay: {hashlib.sha256(target.read_bytes()).hexdigest()[:16]}", flush=True)
 
 
 def first_difference(a: Any, b: Any, path: str = "") -> str | None:
@@ -78,7 +98,7 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 def diff(before: Path, after: Path) -> int:
     """Compare every scenario file of ``before`` with ``after`` byte for byte; 1 if any differs."""
-    names = sorted(p.name for p in before.glob("*.json"))
+    names = sorted(p.name for p in [*before.glob("*.json"), *before.glob("*.replay.jsonl")])
     if not names:
         print(f"no scenario files in {before}")
         return 1
@@ -88,6 +108,13 @@ def diff(before: Path, after: Path) -> int:
         if not b.exists():
             print(f"{name}: missing in {after}")
             differ += 1
+            continue
+        if a.read_bytes() == b.read_bytes() and name.endswith(".jsonl"):
+            print(f"{name}: identical ({len(a.read_bytes().splitlines())} alerts)")
+            continue
+        if name.endswith(".jsonl"):
+            differ += 1
+            print(f"{name}: DIFFERENT")
             continue
         if a.read_bytes() == b.read_bytes():
             doc = orjson.loads(a.read_bytes())
@@ -108,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("directory", type=Path)
     w.add_argument("--scenario", action="append", help="only these (default: every scenario)")
     w.add_argument("--seed", type=int, default=7)
+    w.add_argument("--replay", action="store_true", help="also through lockstep replay (embedded broker)")
     d = sub.add_parser("diff", help="compare two directories written by 'write'")
     d.add_argument("before", type=Path)
     d.add_argument("after", type=Path)
@@ -116,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return diff(args.before, args.after)
     from lockstep.simulate import SCENARIOS
 
-    write(args.directory, args.scenario or list(SCENARIOS), args.seed)
+    write(args.directory, args.scenario or list(SCENARIOS), args.seed, args.replay)
     return 0
 
 
