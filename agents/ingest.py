@@ -156,8 +156,10 @@ class Ingest:
         if hole:  # processed first, in offset order; acknowledged to Faust once their outputs are out
             items = items_of(hole) + items
         started = time.perf_counter()
-        out = pipe.process_many(items)
+        out = pipe.process_many(items, timer=time.perf_counter)
         metrics.stage_seconds.labels("ingest_batch").observe(time.perf_counter() - started)
+        for stage, seconds in out.stage_seconds.items():  # streams.pipeline.INGEST_STAGES, by name
+            metrics.stage_seconds.labels(stage).observe(seconds)
         metrics.messages_in.labels(topic).inc(len(items))
         state.ingested_messages += len(items)
         state.ingested_samples += out.samples

@@ -1,15 +1,23 @@
 """Run the pure pipeline and correlator in-process, without a broker.
 
-The same stages the agents run, wired by plain function calls: messages are spread over
-``partitions`` pipelines by a stable hash of their key, anomalies over correlators by job, and
-watermarks advance after every second of input. Used by unit tests (fast scenario checks) and by
+The same stages the agents run (:data:`streams.pipeline.PIPELINE`), wired by plain function calls
+instead of topics: each message goes through its input partition's
+:class:`~streams.pipeline.PartitionPipeline` (the ingest stages, :data:`streams.pipeline.INGEST_STAGES`,
+as the ``ingest`` agent runs them), and what comes out — anomaly episodes by job, points records,
+clock records by source — to the :class:`~streams.jobs.JobPartition` that the ``correlate`` agent
+would hold for that key (correlate, inhibit, silence, track, emit). Route and deliver are not run:
+the result holds the alerts as they would reach the ``alerts`` topic.
+
+Messages are spread over ``partitions`` pipelines by a stable hash of their key, anomalies over
+correlators by job, and watermarks advance after every second of input. Used by unit tests (fast
+scenario checks), by benchmarks/scenario_outputs.py (every scenario, to diff two trees) and by
 benchmarks as the no-Kafka baseline. Integration tests use the real broker instead.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +28,8 @@ from streams.correlate import CorrelatorConfig
 from streams.detect import DetectorConfig
 from streams.inventory import InventoryIndex
 from streams.jobs import JobPartition, PartitionResult
-from streams.pipeline import Origin, PartitionPipeline, PipelineOutput
+from streams.pipeline import INGEST_STAGES, Origin, PartitionPipeline, PipelineOutput
+from streams.stages import Stage
 
 
 @dataclass
@@ -31,14 +40,24 @@ class LocalResult:
     stats: list[dict[str, Any]] = field(default_factory=list)
     dead_letters: int = 0
     samples: int = 0
+    #: Dead letters by the stage that refused them.
+    dead_letters_by_stage: dict[str, int] = field(default_factory=dict)
+    #: Seconds spent in each ingest stage, over the run (with a ``timer``).
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
 class LocalRunner:
+    """``stages``: the ingest stages every input partition runs (default: the agents' own);
+    ``timer``: a clock to time them with (e.g. ``time.perf_counter``; default: not timed)."""
+
     def __init__(self, partitions: int = 4, detector: DetectorConfig | None = None,
-                 correlator: CorrelatorConfig | None = None) -> None:
+                 correlator: CorrelatorConfig | None = None, stages: Sequence[Stage] = INGEST_STAGES,
+                 timer: Callable[[], float] | None = None) -> None:
         self.partitions = partitions
         self.inventory = InventoryIndex()
         self.detector = detector or DetectorConfig()
+        self.stages = tuple(stages)
+        self.timer = timer
         self.pipelines: dict[str, PartitionPipeline] = {}
         self.correlators = [JobPartition(correlator or CorrelatorConfig(), self.inventory)
                             for _ in range(partitions)]
@@ -62,10 +81,25 @@ class LocalRunner:
         origin = f"{topic}:{p}"
         pipe = self.pipelines.get(origin)
         if pipe is None:
-            pipe = self.pipelines[origin] = PartitionPipeline(origin, self.detector, self.inventory)
-        out = pipe.process(raw, Origin(topic, p))
-        self.result.samples += out.samples
-        self.result.dead_letters += len(out.dead_letters)
+            pipe = self.pipelines[origin] = PartitionPipeline(origin, self.detector, self.inventory,
+                                                              stages=self.stages)
+        out = pipe.process_many([(raw, Origin(topic, p))], self.timer)
+        self._ingested(out)
+        self._correlate(origin, out)
+        return out
+
+    def _ingested(self, out: PipelineOutput) -> None:
+        res = self.result
+        res.samples += out.samples
+        res.dead_letters += len(out.dead_letters)
+        for dl in out.dead_letters:
+            res.dead_letters_by_stage[dl.stage] = res.dead_letters_by_stage.get(dl.stage, 0) + 1
+        for stage, seconds in out.stage_seconds.items():
+            res.stage_seconds[stage] = res.stage_seconds.get(stage, 0.0) + seconds
+
+    def _correlate(self, origin: str, out: PipelineOutput) -> None:
+        """An ingest output to the correlation partitions, keyed as the ingest agent keys it on ``anomalies``
+        (episodes and points records by job, clock records by source)."""
         for rec in out.anomalies:
             self.result.anomalies.append(rec)
             self._collect(self.correlators[self._partition(rec["job_id"])].on_record(rec, 0.0))
@@ -73,7 +107,6 @@ class LocalRunner:
             self._collect(self.correlators[self._partition(rec["job_id"])].on_record(rec, 0.0))
         for rec in out.clocks:
             self._collect(self.correlators[self._partition(rec["source"])].on_record(rec, 0.0))
-        return out
 
     def _collect(self, res: PartitionResult) -> None:
         self.result.alerts += res.alerts

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import orjson
 import pytest
 
@@ -26,7 +25,7 @@ from agents.topics import TopicCatalogue, create_topics
 from lockstep.replay import read_topic
 from lockstep.worker import Worker
 from models.settings import LockstepSettings
-from streams.pipeline import PartitionPipeline
+from streams.stages import Batch, Rate
 
 from .kit import make_settings
 
@@ -97,15 +96,14 @@ def test_a_poison_value_is_dead_lettered_and_its_batch_is_processed(broker: Any)
 def test_a_message_that_trips_a_bug_is_parked_alone_and_the_rest_processed_once(
         broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bug raises after the rate stage has folded the batch into the partition's state."""
-    original = PartitionPipeline._round
+    original = Rate.run
 
-    def round_with_a_bug(self: PartitionPipeline, ids: np.ndarray, ts: np.ndarray, raw: np.ndarray,
-                         ingest: np.ndarray, msg: np.ndarray, out: Any, messages: Any) -> None:
-        original(self, ids, ts, raw, ingest, msg, out, messages)
-        if any(b"bug-trigger" in messages[m][0] for m in set(msg.tolist())):
+    def rate_with_a_bug(self: Rate, batch: Batch) -> None:
+        original(self, batch)
+        if any(b"bug-trigger" in batch.messages[m][0] for m in set(batch.msg_l)):
             raise RuntimeError("a bug, injected")
 
-    monkeypatch.setattr(PartitionPipeline, "_round", round_with_a_bug)
+    monkeypatch.setattr(Rate, "run", rate_with_a_bug)
     settings = make_settings(broker.bootstrap, snapshot_interval_s=1.0)
     before = [orjson.dumps(scrape(k, ports=200)) for k in range(6)]
     trigger = scrape(8, ports=200)

@@ -1,0 +1,159 @@
+"""The ingest pipeline alone, without a broker: ``PartitionPipeline.process_many`` on generated load.
+
+The cheapest honest measure of a change to the pipeline's shape: the same messages through two
+versions of ``streams/pipeline.py`` in one process, runs interleaved (A, B, A, B, ...) so both see the
+same machine load, and their outputs compared record for record::
+
+    git show <before>:streams/pipeline.py > /tmp/pipeline_before.py
+    PYTHONPATH=$PWD python -m benchmarks.bench_pipeline --baseline /tmp/pipeline_before.py
+
+The baseline file is loaded as a module of its own next to the tree's ``streams`` package (it uses
+the tree's detectors, rates and inventory), so only the pipeline module differs between the two.
+Load: :class:`lockstep.loadgen.LoadGenerator` scrapes (one message per source and scrape) with one
+incident, spread over ``partitions`` input partitions by key as the producer spreads them, handed
+over ``scrapes_per_batch`` scrapes per ``process_many`` call (so a batch holds several samples of a
+series: several rounds), with a few bad messages (not JSON, not a sample, an old one again: late)
+so the comparison covers dead letters too. Each run starts from fresh pipelines. ``--timed`` runs the current version
+with a stage timer, as the ingest agent calls it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import statistics
+import sys
+import time
+import zlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from lockstep.loadgen import LoadGenerator, LoadSpec
+from models.inventory import inventory_adapter
+from streams.detect import DetectorConfig
+from streams.inventory import InventoryIndex
+
+
+def load_module(path: Path, name: str = "pipeline_baseline") -> ModuleType:
+    """``path`` as a module named ``name`` (its imports resolve against this tree)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def workload(gpus: int, scrapes: int, partitions: int, per_batch: int, bad: bool = True
+             ) -> tuple[InventoryIndex, list[tuple[str, list[tuple[bytes, str, int, int]]]], int]:
+    """The inventory, the batches as ``(origin, [(raw, topic, partition, offset), ...])``, and the samples."""
+    gen = LoadGenerator(LoadSpec(gpus=gpus, incidents=((0, scrapes // 2),), incident_s=scrapes / 4))
+    inv = InventoryIndex()
+    for doc in gen.inventory():
+        inv.apply(inventory_adapter.validate_python(doc))
+    offsets: dict[str, int] = {}
+    batches = []
+    first_raw: dict[str, list[bytes]] = {}  # per input partition: its first message of each batch
+    for n, first in enumerate(range(0, scrapes, per_batch)):
+        groups: dict[str, list[tuple[bytes, str, int, int]]] = {}
+
+        def add(origin: str, topic: str, p: int, raw: bytes, groups: dict[str, Any] = groups) -> None:
+            off = offsets.get(origin, 0)
+            offsets[origin] = off + 1
+            groups.setdefault(origin, []).append((raw, topic, p, off))
+
+        for k in range(first, min(first + per_batch, scrapes)):
+            for layer, key, raw in gen.messages(k):
+                topic = f"telemetry.{layer}"
+                p = zlib.crc32(key) % partitions
+                add(f"{topic}:{p}", topic, p, raw)
+        if bad:  # every stage's dead letters among the good messages: not JSON, not a sample, out of order
+            for origin in sorted(groups):
+                topic, p = origin.rsplit(":", 1)
+                first_raw.setdefault(origin, []).append(groups[origin][0][0])
+                if n % 10 == 0:
+                    add(origin, topic, int(p), b"{not json")
+                    add(origin, topic, int(p), b'[{"ts": 1.0}]')
+                if n % 10 == 5:
+                    add(origin, topic, int(p), first_raw[origin][-3])  # two batches back: late
+        batches += sorted(groups.items())
+    return inv, batches, gen.samples_per_scrape * scrapes
+
+
+def run(module: ModuleType, inv: InventoryIndex, batches: list[tuple[str, list[tuple[bytes, str, int, int]]]],
+        keep: bool = False, timed: bool = False) -> tuple[float, int, list[Any]]:
+    """Every batch through fresh pipelines of ``module``: CPU seconds inside ``process_many`` (the cores
+    are shared, so wall time would measure the neighbours), samples, outputs."""
+    pipes: dict[str, Any] = {}
+    origin_cls = module.Origin
+    calls = [(origin, [(raw, origin_cls(t, p, off, None, None)) for raw, t, p, off in items])
+             for origin, items in batches]
+    outs = []
+    spent = 0.0
+    samples = 0
+    config = DetectorConfig()
+    for origin, items in calls:
+        pipe = pipes.get(origin)
+        if pipe is None:
+            pipe = pipes[origin] = module.PartitionPipeline(origin, config, inv)
+        t0 = time.thread_time()
+        out = pipe.process_many(items, time.perf_counter) if timed else pipe.process_many(items)
+        spent += time.thread_time() - t0
+        samples += out.samples
+        if keep:
+            outs.append(out)
+    return spent, samples, outs
+
+
+def comparable(out: Any) -> str:
+    """An output as exact text (every field, floats by ``repr``), the per-stage timings left out."""
+    doc = dataclasses.asdict(out)
+    doc.pop("stage_seconds", None)
+    return repr(doc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", type=Path, help="another streams/pipeline.py to compare with")
+    parser.add_argument("--gpus", type=int, default=512)
+    parser.add_argument("--scrapes", type=int, default=80)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--scrapes-per-batch", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--timed", action="store_true",
+                        help="time the current version's stages as the ingest agent does (process_many's timer)")
+    args = parser.parse_args(argv)
+    import streams.pipeline as current
+
+    inv, batches, _ = workload(args.gpus, args.scrapes, args.partitions, args.scrapes_per_batch)
+    versions = {"current": current}
+    if args.baseline:
+        versions = {"baseline": load_module(args.baseline), "current": current}
+    if len(versions) == 2:
+        a, b = (run(m, inv, batches, keep=True)[2] for m in versions.values())
+        differ = sum(comparable(x) != comparable(y) for x, y in zip(a, b, strict=True))
+        anomalies = sum(len(o.anomalies) for o in a)
+        dead = sum(len(o.dead_letters) for o in a)
+        print(f"outputs: {len(a)} batches, {anomalies} anomalies, {dead} dead letters; {differ} batches differ")
+        if differ:
+            return 1
+    rates: dict[str, list[float]] = {name: [] for name in versions}
+    for _ in range(args.repeat):
+        for name, module in versions.items():
+            spent, samples, _ = run(module, inv, batches, timed=args.timed and module is current)
+            rates[name].append(samples / spent)
+    for name, r in rates.items():
+        print(f"{name}: median {statistics.median(r):,.0f} samples per CPU second over {len(r)} runs "
+              f"(min {min(r):,.0f}, max {max(r):,.0f})")
+    if len(versions) == 2:
+        ratio = statistics.median(rates["current"]) / statistics.median(rates["baseline"])
+        pairs = [c / b for b, c in zip(rates["baseline"], rates["current"], strict=True)]
+        print(f"current/baseline: {ratio:.3f} (per interleaved pair: {', '.join(f'{p:.3f}' for p in pairs)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

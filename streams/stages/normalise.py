@@ -1,0 +1,46 @@
+"""``normalise``: the batch's valid samples as arrays, in arrival order.
+
+A counter's value must not be negative (a dead letter here; a counter that goes down is a reset,
+which the rate stage sees). Arrival order is the messages in offset order and each message's samples
+in event-time order: the order the rate and detect state must see them in. Counts samples by layer
+and sets ``out.max_ts``, the batch's latest event time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.errors import ValidationFailed
+from streams.series import LAYER_NAMES
+from streams.stages.base import Batch
+
+
+class Normalise:
+    name = "normalise"
+
+    def run(self, batch: Batch) -> None:
+        if not batch.ids_l:
+            return
+        out = batch.out
+        reg = batch.part.registry
+        ids = np.array(batch.ids_l, dtype=np.int64)
+        ts_a = np.array(batch.ts_l, dtype=np.float64)
+        values = np.array(batch.val_l, dtype=np.float64)
+        ingest_a = np.array(batch.ing_l, dtype=np.float64)
+        msg = np.array(batch.msg_l, dtype=np.int64)
+        negative = reg.counter[ids] & (values < 0)
+        if negative.any():
+            for bad in np.flatnonzero(negative).tolist():
+                batch.dead_letter(self.name, "counter value is negative", ValidationFailed.__name__,
+                                  int(ids[bad]), float(ts_a[bad]), int(msg[bad]))
+            keep = np.flatnonzero(~negative)
+            out.rejected += int(negative.sum())
+            ids, ts_a, values, ingest_a, msg = ids[keep], ts_a[keep], values[keep], ingest_a[keep], msg[keep]
+        if ids.size == 0:
+            return
+        counts = np.bincount(reg.layer_code[ids], minlength=len(LAYER_NAMES))
+        out.by_layer = {LAYER_NAMES[c]: int(counts[c]) for c in np.flatnonzero(counts).tolist()}
+        order = np.lexsort((ts_a, msg)) if len(batch.messages) > 1 else np.argsort(ts_a, kind="stable")
+        batch.ids, batch.ts, batch.values = ids[order], ts_a[order], values[order]
+        batch.ingest, batch.msg = ingest_a[order], msg[order]
+        out.max_ts = float(batch.ts.max())

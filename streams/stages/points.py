@@ -1,0 +1,113 @@
+"""``points``: each job's own signals (the series with a lane, :mod:`streams.lanes`) to its correlation side.
+
+Grouped by (candidate job set, lane) with array operations, then per job by exact event time
+(``out.points``); for the peer-compared lanes also with each value's worker (``out.workers``), for
+straggler detection. A series' candidate jobs are cached per series until the inventory changes;
+a sample counts for a job only while the job runs at the sample's time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from streams.lanes import LANES, PEER_LANES
+from streams.stages.base import Batch
+
+#: Lane names (see :mod:`streams.lanes`) and their codes in the per-series lane array.
+LANE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(LANES.values()))
+LANE_CODE = {(layer, meaning): LANE_NAMES.index(lane) for (layer, meaning), lane in LANES.items()}
+PEER_CODES = frozenset(LANE_NAMES.index(lane) for lane in PEER_LANES)
+
+
+def by_time(t: np.ndarray, v: np.ndarray, sids: np.ndarray | None,
+            names: Mapping[int, str]) -> tuple[list[list[Any]], list[list[Any]]]:
+    """Values grouped by their exact event time: ``[[ts, [value, ...]], ...]`` in time order, and with
+    ``sids`` the same groups with each value's worker: ``[[ts, [value, ...], [worker, ...]], ...]``.
+
+    A scrape's samples share one timestamp, so a points record carries it once per group.
+
+    >>> by_time(np.array([5.0, 4.0, 5.0]), np.array([1.0, 2.0, 3.0]), np.array([0, 1, 2]), ["a", "b", "c"])
+    ([[4.0, [2.0]], [5.0, [1.0, 3.0]]], [[4.0, [2.0], ['b']], [5.0, [1.0, 3.0], ['a', 'c']]])
+    """
+    if t[0] == t[-1] and (t == t[0]).all():
+        cuts: list[int] = []  # the common case (one scrape): no sort
+    else:
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+        sids = sids[order] if sids is not None else None
+        cuts = (np.flatnonzero(t[1:] != t[:-1]) + 1).tolist()
+    bounds = list(zip([0, *cuts], [*cuts, int(t.size)], strict=True))
+    vl = v.tolist()
+    groups = [[float(t[a]), vl[a:b]] for a, b in bounds]
+    if sids is None:
+        return groups, []
+    wl = [names[i] for i in sids.tolist()]
+    return groups, [[float(t[a]), vl[a:b], wl[a:b]] for a, b in bounds]
+
+
+class Points:
+    name = "points"
+
+    def run(self, batch: Batch) -> None:
+        for rnd in batch.rounds:
+            self._round(batch, rnd.ids, rnd.ts, rnd.x)
+
+    def _round(self, batch: Batch, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> None:
+        part, out = batch.part, batch.out
+        lane = part._lane[ids]
+        sel = np.flatnonzero(lane >= 0)
+        if sel.size == 0:
+            return
+        sids = ids[sel]
+        version = part.inventory.version
+        stale = part._jobset_version[sids] != version
+        if stale.any():
+            for sid in np.unique(sids[stale]).tolist():
+                part._jobset[sid] = part.jobset_of(sid)
+                part._jobset_version[sid] = version
+        js = part._jobset[sids].astype(np.int64)
+        mapped = js >= 0
+        if not mapped.all():
+            sel, js = sel[mapped], js[mapped]
+            if sel.size == 0:
+                return
+        group = js * 64 + lane[sel]
+        order = np.argsort(group, kind="stable")
+        sel, group = sel[order], group[order]
+        bounds = np.flatnonzero(group[1:] != group[:-1]) + 1
+        starts = [0, *bounds.tolist()]
+        ends = [*bounds.tolist(), int(sel.size)]
+        points = out.points
+        names = part._worker
+        jobsets = part._jobsets
+        for a, b in zip(starts, ends, strict=True):
+            g = int(group[a])
+            rows = sel[a:b]
+            t = ts[rows]
+            v = x[rows]
+            lane_name = LANE_NAMES[g % 64]
+            peer = g % 64 in PEER_CODES
+            whole: tuple[list[list[Any]], list[list[Any]]] | None = None
+            for job in jobsets[g // 64]:
+                active = part.active(job, t)
+                if active.all():
+                    if whole is None:
+                        whole = by_time(t, v, ids[rows] if peer else None, names)
+                    groups, wgroups = whole
+                elif active.any():
+                    groups, wgroups = by_time(t[active], v[active], ids[rows[active]] if peer else None, names)
+                else:
+                    continue
+                lanes = points.get(job)
+                if lanes is None:
+                    lanes = points[job] = {}
+                have = lanes.get(lane_name)
+                if have is None:
+                    lanes[lane_name] = list(groups)
+                else:
+                    have.extend(groups)
+                if peer:
+                    out.workers.setdefault(job, {}).setdefault(lane_name, []).extend(wgroups)

@@ -1,0 +1,156 @@
+"""The pipeline as a list of named stages: the list, the names, per-stage timing, a stage list of one's own."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+
+import orjson
+import pytest
+
+from lockstep.local import LocalRunner
+from models.inventory import inventory_adapter
+from streams.detect import DetectorConfig
+from streams.inventory import InventoryIndex
+from streams.pipeline import INGEST_STAGES, PIPELINE, STAGES, Origin, PartitionPipeline
+from streams.stages import Batch, Episodes, StageRef
+
+T0 = 1764502800.0
+
+
+def inventory() -> InventoryIndex:
+    inv = InventoryIndex()
+    inv.apply(inventory_adapter.validate_python({"kind": "job", "ts": T0 - 100, "job_id": "j1", "state": "RUNNING",
+                                                 "nodes": "n[1-2]", "gpus_per_node": 8}))
+    return inv
+
+
+def gpu(ts: float, node: str, value: float, metric: str = "DCGM_FI_PROF_SM_ACTIVE") -> dict[str, object]:
+    return {"ts": ts, "layer": "gpu", "source": node, "metric": metric, "value": value, "labels": {"gpu": "0"}}
+
+
+def traffic() -> list[tuple[bytes, Origin]]:
+    """30 scrapes of two nodes' SM activity, node n2 dropping to 0 from scrape 20, and one bad message of each
+    kind the ingest stages refuse."""
+    msgs = [orjson.dumps([gpu(T0 + k, "n1", 0.9), gpu(T0 + k, "n2", 0.9 if k < 20 else 0.0)]) for k in range(30)]
+    msgs += [b"{not json", orjson.dumps([{"ts": T0 + 31, "layer": "gpu"}]),
+             orjson.dumps([gpu(T0 + 5, "n1", 0.9)]),  # out of order
+             orjson.dumps([{"ts": T0 + 31, "layer": "nic", "source": "n1", "metric": "port_xmit_data", "value": -3,
+                            "labels": {"device": "mlx5_0", "port": "1"}}])]  # a negative counter
+    return [(raw, Origin("telemetry.gpu", 0, i, T0 + i)) for i, raw in enumerate(msgs)]
+
+
+def pipe(**kwargs: object) -> PartitionPipeline:
+    return PartitionPipeline("telemetry.gpu:0", DetectorConfig(min_samples=5), inventory(), **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_pipeline_is_one_list_of_uniquely_named_stages() -> None:
+    assert STAGES == ("decode", "validate", "normalise", "clocks", "rate", "score", "episodes", "points")
+    assert tuple(s.name for s in INGEST_STAGES) == STAGES
+    names = [s.name for s in PIPELINE]
+    assert names[: len(STAGES)] == list(STAGES)
+    assert names[len(STAGES):] == ["correlate", "inhibit", "silence", "track", "emit", "route", "deliver"]
+    assert len(set(names)) == len(names)
+    assert all(callable(s.run) for s in INGEST_STAGES)
+
+
+@pytest.mark.parametrize("ref", [s for s in PIPELINE if isinstance(s, StageRef)], ids=lambda s: s.name)
+def test_a_stage_that_runs_elsewhere_names_code_that_exists(ref: StageRef) -> None:
+    assert ref.runs_in and ref.does and ref.code
+    for dotted in ref.code:
+        parts = dotted.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
+            try:
+                obj: object = importlib.import_module(".".join(parts[:cut]))
+                break
+            except ModuleNotFoundError:
+                continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        assert obj is not None, dotted
+
+
+def test_a_pipeline_runs_the_list_it_is_given() -> None:
+    assert pipe().stages == INGEST_STAGES
+
+
+def test_dead_letters_carry_the_name_of_a_stage_in_the_list() -> None:
+    out = pipe().process_many(traffic())
+    stages = [dl.stage for dl in out.dead_letters]
+    assert stages == ["decode", "validate", "normalise", "rate"]  # in the order the stages run
+
+
+def test_the_batch_gives_the_same_output_as_its_messages_one_by_one() -> None:
+    """Several samples of a series in one batch are several rounds through rate, score, episodes and points."""
+    whole = pipe().process_many(traffic())
+    one, anomalies, points = pipe(), [], []
+    for item in traffic():
+        out = one.process_many([item])
+        anomalies += out.anomalies
+        points += [groups for lanes in out.points.get("j1", {}).values() for groups in lanes]
+    assert [a["source"] for a in whole.anomalies] == ["n2"] and whole.anomalies == anomalies
+    assert [g for lanes in whole.points["j1"].values() for g in lanes] == points
+
+
+def test_each_stage_is_timed_with_the_clock_it_is_given_and_decode_keeps_its_own_time() -> None:
+    ticks = itertools.count()
+    seen: list[int] = []
+
+    def timer() -> float:
+        seen.append(next(ticks))
+        return float(seen[-1])
+
+    items = traffic()
+    out = pipe().process_many(items, timer)
+    assert set(out.stage_seconds) == set(STAGES)
+    # Decode runs lazily inside validate's run: a tick per message and one for the end are decode's, with the
+    # tick of its own run (which only hands validate the iterator).
+    assert out.stage_seconds["decode"] == len(items) + 1 + 1
+    assert all(s >= 1 for s in out.stage_seconds.values())
+    assert sum(out.stage_seconds.values()) == seen[-1] - seen[0]
+    assert pipe().process_many(items).stage_seconds == {}  # no timer, no timing
+
+
+def test_a_stage_list_of_ones_own_runs_in_place_of_the_default() -> None:
+    class Recorder:
+        name = "recorder"
+
+        def __init__(self) -> None:
+            self.rounds: list[int] = []
+
+        def run(self, batch: Batch) -> None:
+            self.rounds.append(len(batch.rounds))
+
+    recorder = Recorder()
+    without_episodes = tuple(s for s in INGEST_STAGES if not isinstance(s, Episodes))
+    out = pipe(stages=(*without_episodes, recorder)).process_many(traffic())
+    full = pipe().process_many(traffic())
+    assert out.anomalies == [] and full.anomalies  # no episodes stage, no anomaly records
+    assert out.points == full.points and out.samples == full.samples
+    assert recorder.rounds == [30]  # a round per scrape (the late sample's round has nothing usable)
+
+
+def test_a_stage_that_raises_is_named_in_the_error_and_the_offset_does_not_move() -> None:
+    class Broken:
+        name = "broken"
+
+        def run(self, batch: Batch) -> None:
+            raise RuntimeError("a bug")
+
+    p = pipe(stages=(*INGEST_STAGES[:3], Broken(), *INGEST_STAGES[3:]))
+    with pytest.raises(RuntimeError) as err:
+        p.process_many(traffic())
+    assert "in ingest stage 'broken' of telemetry.gpu:0" in err.value.__notes__
+    assert p.last_offset is None
+
+
+def test_the_local_runner_runs_the_same_stages_and_reports_them_by_name() -> None:
+    runner = LocalRunner(partitions=1, timer=lambda: 0.0)
+    assert runner.stages == INGEST_STAGES
+    runner.inventory_event({"kind": "job", "ts": T0 - 100, "job_id": "j1", "state": "RUNNING", "nodes": "n[1-2]",
+                            "gpus_per_node": 8})
+    for raw, origin in traffic():
+        runner.message("gpu", "n1", raw, float(int(origin.timestamp or 0)))
+    result = runner.finish()
+    assert result.dead_letters_by_stage == {"decode": 1, "validate": 1, "normalise": 1, "rate": 1}
+    assert set(result.stage_seconds) == set(STAGES)
