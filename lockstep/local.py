@@ -99,7 +99,8 @@ class LocalRunner:
 
     def _correlate(self, origin: str, out: PipelineOutput) -> None:
         """An ingest output to the correlation partitions, keyed as the ingest agent keys it on ``anomalies``
-        (episodes and points records by job, clock records by source)."""
+        (episodes and points records by job, clock records by source, and a ``retime_only`` copy of each to
+        every partition)."""
         for rec in out.anomalies:
             self.result.anomalies.append(rec)
             self._collect(self.correlators[self._partition(rec["job_id"])].on_record(rec, 0.0))
@@ -107,6 +108,9 @@ class LocalRunner:
             self._collect(self.correlators[self._partition(rec["job_id"])].on_record(rec, 0.0))
         for rec in out.clocks:
             self._collect(self.correlators[self._partition(rec["source"])].on_record(rec, 0.0))
+            copy = dict(rec, retime_only=True)
+            for corr in self.correlators:
+                self._collect(corr.on_record(copy, 0.0))
 
     def _collect(self, res: PartitionResult) -> None:
         self.result.alerts += res.alerts
