@@ -14,8 +14,9 @@
   results layout (``RESULTS_DIR/<category>/<detector>_<file>.csv`` with an ``anomaly_score`` column)
   instead of running the detector.
 - ``lockstep eval stragglers FILE.csv [--json]``: per-worker mini-batch times (Alibaba PAI format:
-  ``,worker,gpu,time,batch_time_norm``) through :class:`streams.peers.PeerComparator`; prints per
-  worker whether and from which iteration it is flagged.
+  ``,worker,gpu,time,batch_time_norm``) through :class:`streams.peers.PeerComparator` (the class the
+  streaming path runs); prints per worker its onset iteration and its episodes (onset, confirmed,
+  end, reason).
 """
 
 from __future__ import annotations
@@ -313,8 +314,8 @@ def evaluate_stragglers(steps: dict[float, dict[str, float]]) -> dict[str, Any]:
     per_worker = {}
     for w in sorted(workers, key=lambda w: (len(w), w)):
         eps = episodes.get(w, [])
-        per_worker[w] = {"flagged": bool(eps), "from_iteration": eps[0]["onset"] if eps else None,
-                         "episodes": eps}
+        onset = eps[0]["onset"] if eps else None
+        per_worker[w] = {"flagged": bool(eps), "onset": onset, "from_iteration": onset, "episodes": eps}
     flagged = [w for w, r in per_worker.items() if r["flagged"]]
     return {"benchmark": "stragglers", "iterations": len(steps), "workers": len(per_worker),
             "flagged": flagged, "per_worker": per_worker}
@@ -337,7 +338,7 @@ def run_stragglers(args: argparse.Namespace) -> int:
         if r["flagged"]:
             spans = ", ".join(f"{e['onset']:g}-{'' if e['end'] is None else format(e['end'], 'g')} ({e['reason']})"
                               for e in r["episodes"])
-            print(f"  worker {w:>4s}: straggler from iteration {r['from_iteration']:g}  [{spans}]")
+            print(f"  worker {w:>4s}: straggler, onset iteration {r['onset']:g}; episodes [{spans}]")
         else:
             print(f"  worker {w:>4s}: not flagged")
     return 0

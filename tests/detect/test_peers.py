@@ -61,3 +61,41 @@ def test_snapshot_restore_continues_identically() -> None:
     rest_a = [a.update("job", float(s), WORKERS, v[s]) for s in range(100, 200)]
     rest_b = [b.update("job", float(s), WORKERS, v[s]) for s in range(100, 200)]
     assert rest_a == rest_b and any(rest_a)
+
+
+def intermittent(seed: int, first: int = 100) -> tuple[np.ndarray, list[int]]:
+    """A worker slow (1.3-2.3x the median) in 10 of 14 steps from ``first``, the other 4 single normal
+    steps between slow ones (the shape of the held-back Alibaba PAI straggler)."""
+    rng = np.random.default_rng(seed)
+    v = 1.0 + rng.normal(0, 0.03, (220, len(WORKERS)))
+    # 4 normal steps among positions 1..12, never two in a row and never first or last.
+    while True:
+        normal = sorted(rng.choice(np.arange(1, 13), 4, replace=False).tolist())
+        if all(b - a > 1 for a, b in zip(normal, normal[1:], strict=False)):
+            break
+    slow = [first + k for k in range(14) if k not in normal]
+    v[slow, 3] *= rng.uniform(1.3, 2.3, len(slow))
+    return v, slow
+
+
+def test_an_intermittent_straggler_is_flagged_from_its_first_slow_step_and_recovers_once() -> None:
+    for seed in range(12):
+        v, slow = intermittent(seed)
+        out = drive(PeerComparator(), v)
+        assert [(w, p) for w, p, _ in out] == [("w3", "start"), ("w3", "end")], (seed, out)
+        assert slow[0] <= out[0][2] <= slow[0] + 5, (seed, out)
+
+
+def test_strict_consecutive_confirmation_misses_the_intermittent_straggler() -> None:
+    """k of n with n == k is the old rule: the interruptions reset it (what the held-back job showed)."""
+    misses = 0
+    for seed in range(12):
+        v, _ = intermittent(seed)
+        misses += drive(PeerComparator(PeerConfig(confirm=5, confirm_window=5)), v) == []
+    assert misses >= 6
+
+
+def test_scattered_slow_steps_below_k_of_n_are_not_a_straggler() -> None:
+    v = noisy(300, seed=7)
+    v[100:200:3, 2] *= 1.8  # one step in three: 2-3 of any 8, fewer than 5
+    assert drive(PeerComparator(), v) == []

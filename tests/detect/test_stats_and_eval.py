@@ -98,7 +98,7 @@ def test_eval_stragglers_flags_the_slow_worker_and_not_the_steadily_different_on
     assert main(["eval", "stragglers", str(f), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["flagged"] == ["4"]
-    assert 150 <= doc["per_worker"]["4"]["from_iteration"] <= 156
+    assert 150 <= doc["per_worker"]["4"]["onset"] <= 156
 
 
 @pytest.mark.skipif(not (DATA / "stragglers" / "job_2_norm.csv").exists(), reason="shared data not present")
