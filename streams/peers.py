@@ -20,8 +20,9 @@ Confirmation is **k of n**: a worker becomes a **straggler** once at least ``con
 A straggler that is slow in most steps, interrupted by single normal ones, is still a straggler. Its
 onset is the first step of the *run*: the outlying steps by their raw ratio, linked across gaps of at
 most ``confirm_window - confirm`` normal steps. Hysteresis: it recovers after ``clear`` consecutive
-normal steps judged with the lower exit margins (``exit_fraction`` of the entry margins). The first ``warmup`` steps of a worker only learn
-(the gross rule still applies). Only slowness counts: faster than the peers is never flagged.
+normal steps judged with the lower exit margins (``exit_fraction`` of the entry margins). The first
+``warmup`` steps of a worker only learn (the gross rule still applies). Only slowness counts: faster
+than the peers is never flagged.
 
 Pure: no clock (a step's time is an input), no I/O; state per job is plain arrays plus worker names,
 with :meth:`PeerComparator.snapshot` / :meth:`PeerComparator.restore`.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from streams.peers import PeerComparator, PeerConfig
@@ -71,7 +73,7 @@ def intermittent(seed: int, first: int = 100) -> tuple[np.ndarray, list[int]]:
     # 4 normal steps among positions 1..12, never two in a row and never first or last.
     while True:
         normal = sorted(rng.choice(np.arange(1, 13), 4, replace=False).tolist())
-        if all(b - a > 1 for a, b in zip(normal, normal[1:], strict=False)):
+        if all(b - a > 1 for a, b in itertools.pairwise(normal)):
             break
     slow = [first + k for k in range(14) if k not in normal]
     v[slow, 3] *= rng.uniform(1.3, 2.3, len(slow))
