@@ -101,3 +101,20 @@ def test_scattered_slow_steps_below_k_of_n_are_not_a_straggler() -> None:
     v = noisy(300, seed=7)
     v[100:200:3, 2] *= 1.8  # one step in three: 2-3 of any 8, fewer than 5
     assert drive(PeerComparator(), v) == []
+
+
+def test_the_streaming_path_flags_the_intermittent_straggler_through_the_same_comparator() -> None:
+    """streams.lanes.JobSignals buckets per-worker step times by event time (5 s) and runs this very
+    PeerComparator: the intermittent straggler is flagged there too, onset at its first slow bucket."""
+    from streams.lanes import JobSignals
+
+    v, slow = intermittent(5)
+    sig = JobSignals()
+    size = sig.config.peer_bucket_s
+    for step in range(v.shape[0]):
+        ts = step * size + 1.0
+        sig.add({"job_id": "j", "lanes": {}, "workers": {"step_time": [[ts, v[step].tolist(), WORKERS]]}})
+        sig.advance(ts + size + 1.0)
+    events = [(e.transition.worker, e.transition.phase, e.transition.onset_step) for e in sig.peer_events]
+    assert [(w, p) for w, p, _ in events] == [("w3", "start"), ("w3", "end")], events
+    assert events[0][2] == slow[0] * size
