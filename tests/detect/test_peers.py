@@ -118,3 +118,20 @@ def test_the_streaming_path_flags_the_intermittent_straggler_through_the_same_co
     events = [(e.transition.worker, e.transition.phase, e.transition.onset_step) for e in sig.peer_events]
     assert [(w, p) for w, p, _ in events] == [("w3", "start"), ("w3", "end")], events
     assert events[0][2] == slow[0] * size
+
+
+def test_a_snapshot_from_before_k_of_n_restores_and_continues() -> None:
+    """Snapshots written before ``lead``, ``gap`` and ``hist`` existed restore with no run known."""
+    v = noisy(200, seed=4)
+    v[120:, 1] *= 1.4
+    a = PeerComparator()
+    for s in range(100):
+        a.update("job", float(s), WORKERS, v[s])
+    old = {jid: {k: d[k] for k in ("names", "smooth", "base", "count", "state", "run", "run_step")}
+           for jid, d in a.snapshot().items()}
+    b = PeerComparator()
+    b.restore(old)
+    out = []
+    for s in range(100, 200):
+        out += [(t.worker, t.phase) for t in b.update("job", float(s), WORKERS, v[s])]
+    assert out == [("w1", "start")]
