@@ -50,7 +50,7 @@ def detector_config(settings: LockstepSettings) -> DetectorConfig:
         scorer=settings.scorer,
         window=settings.baseline_window, min_samples=settings.baseline_min_samples,
         z_threshold=settings.z_threshold, score_threshold=settings.score_threshold,
-        confirm=settings.confirm_samples, clear=settings.clear_samples,
+        confirm=settings.confirm_samples, confirm_window=settings.confirm_window_samples, clear=settings.clear_samples,
         min_relative_change=settings.min_relative_change,
         limits=SeriesLimits(settings.max_series_per_partition, settings.max_series_per_source, settings.series_idle_s),
     )

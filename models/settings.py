@@ -170,7 +170,10 @@ class LockstepSettings(BaseSettings):
         default=0.5, gt=0, lt=1, description="Calibrated score at which a sample is anomalous"
     )
     z_threshold: float = Field(default=6.0, gt=0, description="Robust z-score that maps to score 0.5")
-    confirm_samples: int = Field(default=2, ge=1, le=100)
+    confirm_samples: int = Field(default=2, ge=1, le=30, description="Bad samples among the last "
+                                 "confirm_window_samples that start an anomaly episode (k of n)")
+    confirm_window_samples: int = Field(default=3, ge=1, le=30, description="The n of the k-of-n episode "
+                                        "confirmation (at most 30; equal to confirm_samples: consecutive samples)")
     clear_samples: int = Field(default=5, ge=1, le=1000)
     min_relative_change: float = Field(default=0.2, ge=0, description="Ignore moves smaller than this fraction of p50")
     scorer: str = Field(default="robust", min_length=1, description="The per-series scorer the detector runs: robust "

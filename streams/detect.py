@@ -7,10 +7,13 @@ A :class:`DetectorBank` holds, per series id:
   ``z / (z + z_threshold)`` (so ``z_threshold`` maps to 0.5, the default ``score_threshold``);
 - a :class:`streams.sketch.RollingPercentiles` sketch of its values over event-time windows (the p50
   and p99 reported with each transition come from the longest window);
-- an episode state machine: a series enters an anomaly *episode* after ``confirm`` consecutive samples
-  scoring at least ``score_threshold`` (the onset is the first of them) and leaves it after ``clear``
-  consecutive samples below. Baselines do not learn from anomalous samples, nor during an episode
-  until it has lasted ``window`` samples (then the new level becomes normal).
+- an episode state machine: a series enters an anomaly *episode* once ``confirm`` of its last
+  ``confirm_window`` samples scored at least ``score_threshold`` (k of n; ``confirm_window == confirm``
+  is the strict consecutive rule), on a bad sample; the onset is the first bad sample of the run (bad
+  samples linked across gaps of at most ``confirm_window - confirm`` normal ones). It leaves the
+  episode after ``clear`` consecutive samples below (hysteresis: one good sample does not end it).
+  Baselines do not learn from anomalous samples, nor during an episode until it has lasted ``window``
+  samples (then the new level becomes normal).
 
 Scoring by mode (:class:`streams.catalogue.Mode`):
 
@@ -58,6 +61,8 @@ class DetectorConfig:
     z_threshold: float = 6.0
     score_threshold: float = 0.5
     confirm: int = 2
+    #: k of n: ``confirm`` bad samples among the last ``confirm_window`` (at most 30) start an episode.
+    confirm_window: int = 3
     clear: int = 5
     min_relative_change: float = 0.2
     #: Rate (per second) of a fault counter on a clean series that scores 0.9.
@@ -131,11 +136,19 @@ class DetectorBank:
         if config.scorer not in SCORERS:
             raise ValueError(f"unknown scorer {config.scorer!r}: one of {', '.join(sorted(SCORERS))}")
         self.scorer: SeriesScorer = SCORERS[config.scorer](config)
+        window = max(config.confirm_window, config.confirm)
+        if window > 30:
+            raise ValueError(f"confirm_window {window} is above 30 (the history is 31 bits)")
+        self._window_mask = np.int32((1 << window) - 1)
+        #: A bad sample within the last ``confirm_window - confirm + 1`` samples keeps a run alive.
+        self._slack_mask = np.int32((1 << (window - config.confirm + 1)) - 1)
         self.sketch = RollingPercentiles(config.sketch())
         self.mode = np.zeros(0, dtype=np.int8)
         self.bad_dir = np.zeros(0, dtype=np.int8)
         self.state = np.zeros(0, dtype=np.int8)
-        self.run = np.zeros(0, dtype=np.int32)  # consecutive bad (normal) / normal (episode) samples
+        #: Normal: the bad samples of the last ``confirm_window`` (bit 0 the latest); episode: the
+        #: consecutive normal samples.
+        self.run = np.zeros(0, dtype=np.int32)
         self.run_ts = np.full(0, np.nan)  # time of the first sample of the current run
         self.run_value = np.full(0, np.nan)
         self.run_score = np.zeros(0)
@@ -170,31 +183,35 @@ class DetectorBank:
         self.sketch.clear(ids)
 
     # -- scoring ------------------------------------------------------------------------------
-    def _score(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, object]:
+    def _score(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, object, np.ndarray | None]:
+        """Scores, novelty, the scorer's evaluation and, where some row is not a plain level or rate,
+        the rows' modes (None: every row scores as the scorer says)."""
         cfg = self.config
         ev = self.scorer.evaluate(ids, ts, x)
-        score, novelty = ev.score.copy(), ev.novelty.copy()
         mode = self.mode[ids]
         special = mode >= 2
-        if special.any():
-            # Fault counters on clean series: any increment is bad, scored by its rate.
-            clean = ev.warm & (mode == 2) & self.scorer.clean(ids)
-            if clean.any():
-                rate = np.maximum(x[clean], 0.0)
-                s = np.where(rate > 0, np.maximum(cfg.score_threshold,
-                                                  1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
-                score[clean] = s
-                novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
-            event = mode == 3
-            if event.any():
-                prev = self.last_value[ids[event]]
-                xe = x[event]
-                score[event] = np.where((xe != 0) & (xe != prev), 0.99, 0.0)
-                novelty[event] = score[event]
-            ctx = mode == 4
-            score[ctx] = 0.0
-            novelty[ctx] = 0.0
-        return score, novelty, ev
+        if not special.any():
+            return ev.score, ev.novelty, ev, None
+        score, novelty = ev.score.copy(), ev.novelty.copy()
+        # Fault counters on clean series: any increment is bad, scored by its rate.
+        clean = ev.warm & (mode == 2) & self.scorer.clean(ids)
+        if clean.any():
+            rate = np.maximum(x[clean], 0.0)
+            s = np.where(rate > 0, np.maximum(cfg.score_threshold,
+                                              1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
+            score[clean] = s
+            novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
+        event = mode == 3
+        if event.any():
+            prev = self.last_value[ids[event]]
+            xe = x[event]
+            score[event] = np.where((xe != 0) & (xe != prev), 0.99, 0.0)
+            novelty[event] = score[event]
+        ctx = mode == 4
+        score[ctx] = 0.0
+        novelty[ctx] = 0.0
+        return score, novelty, ev, mode
 
     def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> Transitions:
         """Score one round (``ids`` unique, ``x`` finite), learn, and advance the episode state machines.
@@ -202,40 +219,42 @@ class DetectorBank:
         The per-row scores are left in :attr:`last_scores`.
         """
         cfg = self.config
-        scores, novelty, ev = self._score(ids, ts, x)
+        scores, novelty, ev, mode = self._score(ids, ts, x)
         self.last_scores = Scores(scores, novelty)
         bad = scores >= cfg.score_threshold
         # An event (an XID) or an error on a clean link is confirmed by itself: it is one sample long.
-        mode = self.mode[ids]
-        instant = (mode == 3) | ((mode == 2) & (scores >= 0.95))
-        confirm = np.where(instant, 1, cfg.confirm)
+        confirm: np.ndarray | int = cfg.confirm
+        if mode is not None:
+            confirm = np.where((mode == 3) | ((mode == 2) & (scores >= 0.95)), 1, cfg.confirm)
         state = self.state[ids]
         run = self.run[ids]
         in_ep = state == EPISODE
-        # A run counts consecutive samples that disagree with the current state.
-        disagree = np.where(in_ep, ~bad, bad)
-        new_run = np.where(disagree, run + 1, 0)
-        starting_run = disagree & (run == 0)
+        # Normal: k of n over the bit history of bad samples; a run starts at a bad sample with no bad
+        # one within the slack before it. Episode: consecutive normal samples end it.
+        disagree = in_ep ^ bad
+        hist = ((run << 1) | bad) & self._window_mask
+        new_run = np.where(in_ep, np.where(disagree, run + 1, 0), hist)
+        starting_run = disagree & ((run & np.where(in_ep, -1, self._slack_mask)) == 0)
         run_ts = np.where(starting_run, ts, self.run_ts[ids])
         run_value = np.where(starting_run, x, self.run_value[ids])
         run_score = np.where(starting_run, scores, np.maximum(self.run_score[ids], np.where(disagree, scores, 0)))
-        start = ~in_ep & (new_run >= confirm)
+        start = ~in_ep & bad & (np.bitwise_count(hist) >= confirm)
         end = in_ep & (new_run >= cfg.clear)
         ep_len = np.where(in_ep, self.episode_len[ids] + 1, 0)
-        # Baseline: learn normal values; during an episode only once it outlived the window.
-        learn = ((~bad & ~in_ep) | (in_ep & (ep_len > cfg.window))) & ~start
+        # Baseline: learn normal values; during an episode only once it outlived the window (a start
+        # is a bad sample outside an episode: never learnt).
+        learn = np.where(in_ep, ep_len > cfg.window, ~bad)
         self.scorer.learn(ids, x, ev, learn)
         self.sketch.add(ids, ts, x)
-        new_state = np.where(start, EPISODE, np.where(end, NORMAL, state)).astype(np.int8)
-        new_run = np.where(start | end, 0, new_run)
-        self.state[ids] = new_state
-        self.run[ids] = new_run
+        flips = start | end  # a start only outside an episode, an end only inside: the state flips
+        self.state[ids] = state ^ flips
+        self.run[ids] = np.where(flips, 0, new_run)
         self.run_ts[ids] = run_ts
         self.run_value[ids] = run_value
-        self.run_score[ids] = np.where(start | end, 0.0, run_score)
+        self.run_score[ids] = np.where(flips, 0.0, run_score)
         self.episode_len[ids] = np.where(start, 0, ep_len)
         self.last_value[ids] = x
-        changed = np.flatnonzero(start | end)
+        changed = np.flatnonzero(flips)
         if changed.size == 0:
             empty = np.zeros(0)
             return Transitions(changed, np.zeros(0, dtype=np.int8), empty, empty, empty, empty, empty)

@@ -14,10 +14,15 @@ worker's *ratio* to the job's median of that step is compared with two reference
 
 Ratios are smoothed per worker over steps (rate ``smooth_alpha``), and a step is outlying only if both
 its own ratio and the smoothed one pass the margin, so one noisy step neither starts nor ends a run.
-Hysteresis: a worker becomes a **straggler** after ``confirm`` consecutive outlying steps (its onset is
-the first of them) and recovers after ``clear`` consecutive normal steps judged with the lower exit
-margins (``exit_fraction`` of the entry margins). The first ``warmup`` steps of a worker only learn
-(the gross rule still applies). Only slowness counts: faster than the peers is never flagged.
+
+Confirmation is **k of n**: a worker becomes a **straggler** once at least ``confirm`` of its last
+``confirm_window`` steps were outlying (``confirm_window == confirm`` is the strict consecutive rule).
+A straggler that is slow in most steps, interrupted by single normal ones, is still a straggler. Its
+onset is the first step of the *run*: the outlying steps by their raw ratio, linked across gaps of at
+most ``confirm_window - confirm`` normal steps. Hysteresis: it recovers after ``clear`` consecutive
+normal steps judged with the lower exit margins (``exit_fraction`` of the entry margins). The first
+``warmup`` steps of a worker only learn (the gross rule still applies). Only slowness counts: faster
+than the peers is never flagged.
 
 Pure: no clock (a step's time is an input), no I/O; state per job is plain arrays plus worker names,
 with :meth:`PeerComparator.snapshot` / :meth:`PeerComparator.restore`.
@@ -50,7 +55,9 @@ class PeerConfig:
     smooth_alpha: float = 0.3
     base_alpha: float = 0.02
     warmup: int = 20
+    #: k of n: ``confirm`` outlying steps among the last ``confirm_window`` (at most 62) start a straggler.
     confirm: int = 5
+    confirm_window: int = 8
     clear: int = 5
     exit_fraction: float = 0.5
     #: Steps with fewer reporting workers than this are skipped (a median of two is no reference).
@@ -82,8 +89,12 @@ class _Job:
     run: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     run_step: np.ndarray = field(default_factory=lambda: np.zeros(0))
     lead: np.ndarray = field(default_factory=lambda: np.zeros(0))  # first step of the current raw run; NaN: none
+    gap: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # raw-normal steps since the run
+    hist: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # outlying steps, bit 0 = latest
 
-    _ARRAYS = ("smooth", "base", "count", "state", "run", "run_step", "lead")
+    _ARRAYS = ("smooth", "base", "count", "state", "run", "run_step", "lead", "gap", "hist")
+    #: What an array holds for a worker a snapshot does not know (snapshots from before it existed).
+    _MISSING = {"lead": math.nan}
 
     def ensure(self, workers: list[str]) -> np.ndarray:
         idx = np.empty(len(workers), dtype=np.int64)
@@ -140,16 +151,31 @@ class PeerComparator:
         out_now = gross | change
         # The raw ratio alone (no smoothing): where the current uninterrupted run of outlying steps
         # began. The smoothed ratio confirms a run a few steps late; its onset is this earlier step.
-        raw_out = (ratio >= 1.0 + cfg.gross * margin) | (warm & (ratio - base >= cfg.change * margin))
-        lead_prev = job.lead[idx]
-        lead = np.where(raw_out, np.where(np.isnan(lead_prev) | (count == 0), step, lead_prev), np.nan)
+        # A run survives gaps of up to ``confirm_window - confirm`` raw-normal steps (the k-of-n slack).
+        # A raw step passes the change rule as the smoothed one does: above its usual ratio and standing
+        # out from the other workers' raw changes (one worker's noise is not a run's first step).
+        raw_excess = ratio - base
+        raw_med = float(np.median(raw_excess))
+        raw_scale = max(1.4826 * float(np.median(np.abs(raw_excess - raw_med))), cfg.min_scale)
+        raw_out = (ratio >= 1.0 + cfg.gross * margin) | (
+            warm & (raw_excess >= cfg.change * margin) & ((raw_excess - raw_med) / raw_scale >= cfg.z_min * margin))
+        slack = max(cfg.confirm_window - cfg.confirm, 0)
+        lead_prev = np.where(count == 0, np.nan, job.lead[idx])
+        gap = np.where(raw_out, 0, job.gap[idx] + 1)
+        lead = np.where(raw_out, np.where(np.isnan(lead_prev), step, lead_prev),
+                        np.where(gap > slack, np.nan, lead_prev))
+        window_mask = (1 << max(cfg.confirm_window, cfg.confirm)) - 1
+        hist = ((job.hist[idx] << 1) | out_now.astype(np.int64)) & window_mask
+        outlying = np.bitwise_count(hist)
         run = job.run[idx]
-        disagree = np.where(flagged, ~out_now, out_now)
-        new_run = np.where(disagree, run + 1, 0)
-        run_step = np.where(disagree & (run == 0), step, job.run_step[idx])
-        start = ~flagged & (new_run >= cfg.confirm)
+        # While flagged a run counts consecutive normal steps (the end); before, the k-of-n count decides.
+        new_run = np.where(flagged, np.where(~out_now, run + 1, 0), 0)
+        run_step = np.where(flagged & ~out_now & (run == 0), step, job.run_step[idx])
+        start = ~flagged & out_now & (outlying >= cfg.confirm)
         end = flagged & (new_run >= cfg.clear)
-        run_step = np.where(start & ~flagged & (lead < run_step), lead, run_step)
+        # The onset of a start: the first step of the raw run (an outlying step is raw-outlying too, so a
+        # starting worker always has one).
+        run_step = np.where(start, lead, run_step)
         # Learn the usual ratio only from normal, unflagged steps within the plausible band.
         learn = ~flagged & ~out_now & (np.abs(ratio - 1.0) < cfg.gross)
         base = np.where(learn, base + cfg.base_alpha * (ratio - base), base)
@@ -160,6 +186,8 @@ class PeerComparator:
         job.run[idx] = np.where(start | end, 0, new_run)
         job.run_step[idx] = run_step
         job.lead[idx] = lead
+        job.gap[idx] = gap
+        job.hist[idx] = np.where(start | end, 0, hist)
         out: list[StragglerTransition] = []
         for k in np.flatnonzero(start | end):
             out.append(StragglerTransition(
@@ -185,6 +213,7 @@ class PeerComparator:
         self.jobs = {}
         for jid, d in data.items():
             j = _Job(names=list(d["names"]), index={n: i for i, n in enumerate(d["names"])})
-            for k in _Job._ARRAYS:  # snapshots from before ``lead`` existed: no raw run known
-                setattr(j, k, np.asarray(d.get(k, [math.nan] * len(j.names)), dtype=getattr(j, k).dtype))
+            for k in _Job._ARRAYS:
+                fill = _Job._MISSING.get(k, 0)
+                setattr(j, k, np.asarray(d.get(k, [fill] * len(j.names)), dtype=getattr(j, k).dtype))
             self.jobs[jid] = j

@@ -5,12 +5,18 @@
   per series per call) over NAB-format CSVs and score it by NAB's rules (:mod:`streams.nab`): the
   three profiles at NAB's swept threshold and at Lockstep's production threshold, per file and total,
   and points scored per second.
+- ``lockstep eval nab DATA_DIR LABELS.json --cv``: leave-one-category-out cross-validation. Each
+  configuration of :data:`NAB_TUNING_GRID` is run once; for every category, the configuration scoring
+  best on the *other* categories (standard profile, at the production threshold) scores the held-out
+  one. Prints per category and overall the held-out score next to the in-sample score (the
+  configuration chosen on every category, the way a developer tunes on what they see).
 - ``lockstep eval nab DATA_DIR LABELS.json --scores RESULTS_DIR``: score precomputed outputs in NAB's
   results layout (``RESULTS_DIR/<category>/<detector>_<file>.csv`` with an ``anomaly_score`` column)
   instead of running the detector.
 - ``lockstep eval stragglers FILE.csv [--json]``: per-worker mini-batch times (Alibaba PAI format:
-  ``,worker,gpu,time,batch_time_norm``) through :class:`streams.peers.PeerComparator`; prints per
-  worker whether and from which iteration it is flagged.
+  ``,worker,gpu,time,batch_time_norm``) through :class:`streams.peers.PeerComparator` (the class the
+  streaming path runs); prints per worker its onset iteration and its episodes (onset, confirmed,
+  end, reason).
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     n.add_argument("--detector", default=None, help="with --scores: the detector name in the file names")
     n.add_argument("--threshold", type=float, default=None,
                    help="the fixed threshold to report besides the swept one (default: Lockstep's production one)")
+    n.add_argument("--cv", action="store_true",
+                   help="leave-one-category-out cross-validation: held-out score per category next to in-sample")
     n.add_argument("--json", action="store_true", help="one JSON object: totals and per-file results")
     n.set_defaults(handler=run_nab)
     s = ev.add_parser("stragglers", help="per-worker straggler flags on a job's mini-batch times")
@@ -57,6 +65,17 @@ def nab_detector_config() -> Any:
     from streams.detect import DetectorConfig
 
     return replace(DetectorConfig(), window=100, min_samples=150, min_relative_change=0.0)
+
+
+#: What ``--cv`` may tune: overrides of :func:`nab_detector_config` (the first is the untuned one, and
+#: wins ties). Small on purpose: each point is one full run of the corpus, and a grid large enough to
+#: fit each category would be the per-category constant the cross-validation is there to expose.
+NAB_TUNING_GRID: tuple[dict[str, Any], ...] = (
+    {},
+    {"window": 50},
+    {"window": 200},
+    {"min_samples": 300},
+)
 
 
 def _parse_ts(text: str) -> int:
@@ -77,12 +96,16 @@ def read_nab_csv(path: Path, column: str = "value") -> tuple[list[int], np.ndarr
     return ts, np.asarray(vals, dtype=np.float64)
 
 
-def run_detector(series: list[tuple[list[int], np.ndarray]]) -> tuple[list[np.ndarray], float]:
-    """Lockstep's detector over every series at once; returns the novelty scores and points/second."""
+def run_detector(series: list[tuple[list[int], np.ndarray]], overrides: dict[str, Any] | None = None
+                 ) -> tuple[list[np.ndarray], float]:
+    """Lockstep's detector over every series at once; returns the novelty scores and points/second.
+
+    ``overrides`` replace fields of :func:`nab_detector_config` (the tuning grid of ``--cv``).
+    """
     from streams.catalogue import Direction, Mode
     from streams.detect import DetectorBank
 
-    bank = DetectorBank(nab_detector_config())
+    bank = DetectorBank(replace(nab_detector_config(), **(overrides or {})))
     for sid in range(len(series)):
         bank.register(sid, Mode.LEVEL, Direction.BOTH)
     lengths = np.array([len(v) for _, v in series])
@@ -127,6 +150,18 @@ def run_nab(args: argparse.Namespace) -> int:
         print(f"lockstep eval nab: no labels for {missing[0]} (and {len(missing) - 1} more)", file=sys.stderr)
         return 2
     series = [read_nab_csv(args.data_dir / r) for r in rels]
+    threshold = args.threshold if args.threshold is not None else nab_detector_config().score_threshold
+    if args.cv:
+        if args.scores is not None:
+            print("lockstep eval nab: --cv runs the detector; it cannot score precomputed results", file=sys.stderr)
+            return 2
+        windows = [[(_parse_ts(a), _parse_ts(b)) for a, b in labels[r]] for r in rels]
+        cv = cross_validate(rels, series, windows, threshold)
+        if args.json:
+            print(json.dumps(cv, indent=2))
+        else:
+            print_cv(cv)
+        return 0
     rate: float | None = None
     if args.scores is not None:
         scores = []
@@ -140,7 +175,6 @@ def run_nab(args: argparse.Namespace) -> int:
     else:
         scores, rate = run_detector(series)
         source = "lockstep"
-    threshold = args.threshold if args.threshold is not None else nab_detector_config().score_threshold
     files = [FileInput(r, ts, [(_parse_ts(a), _parse_ts(b)) for a, b in labels[r]], s)
              for r, (ts, _), s in zip(rels, series, scores, strict=True)]
     results = score_corpus(files, fixed_threshold=threshold)
@@ -160,6 +194,72 @@ def run_nab(args: argparse.Namespace) -> int:
     if rate is not None:
         print(f"points scored per second: {rate:,.0f}")
     return 0
+
+
+def _standard_at(files: list[Any], threshold: float) -> dict[str, Any]:
+    """The standard profile at ``threshold`` over ``files``: normalised (None without any window), raw,
+    the rows detected outside every window (``fp``) and the labelled windows."""
+    from streams.nab import PROFILES, score_corpus
+
+    res = score_corpus(files, profiles={"standard": PROFILES["standard"]}, fixed_threshold=threshold)["standard"]
+    rows = (res.at_threshold_per_file or {}).values()
+    return {"score": res.at_threshold_normalised if res.perfect else None, "raw": res.at_threshold_raw,
+            "fp": sum(r.fp for r in rows), "windows": int(res.perfect)}
+
+
+def cross_validate(rels: list[str], series: list[tuple[list[int], np.ndarray]],
+                   windows: list[list[tuple[int, int]]], threshold: float) -> dict[str, Any]:
+    """Leave-one-category-out cross-validation of :data:`NAB_TUNING_GRID` (module docstring).
+
+    A category's held-out score comes from the grid point chosen without it; the overall held-out
+    score pools every file's held-out scores and scores the corpus once. The in-sample score is the
+    grid point best on the whole corpus. Categories without labelled windows have no normalised score
+    (NAB's normalisation divides by their windows): their raw score (false positives only) counts.
+    """
+    from streams.nab import FileInput
+
+    runs = [run_detector(series, o)[0] for o in NAB_TUNING_GRID]
+    category = [r.split("/", 1)[0] for r in rels]
+    cats = sorted(set(category))
+
+    def files(g: int, keep: set[str]) -> list[Any]:
+        return [FileInput(r, ts, w, s) for r, (ts, _), w, s, c in zip(rels, series, windows, runs[g], category,
+                                                                       strict=True) if c in keep]
+
+    def best(keep: set[str]) -> int:
+        raws = [_standard_at(files(g, keep), threshold)["raw"] for g in range(len(runs))]
+        return int(np.argmax(raws))  # raw, not normalised: comparable however many windows are kept
+
+    every = set(cats)
+    chosen_all = best(every)
+    pooled: list[Any] = []
+    per_cat: dict[str, Any] = {}
+    for c in cats:
+        g = best(every - {c}) if len(cats) > 1 else chosen_all
+        held = files(g, {c})
+        pooled += held
+        per_cat[c] = {"files": len(held), "in_sample": _standard_at(files(chosen_all, {c}), threshold),
+                      "held_out": _standard_at(held, threshold), "tuned_on_others": NAB_TUNING_GRID[g]}
+    untuned = _standard_at(files(0, every), threshold)
+    return {"benchmark": "nab-cv", "profile": "standard", "threshold": threshold, "grid": list(NAB_TUNING_GRID),
+            "in_sample_choice": NAB_TUNING_GRID[chosen_all], "untuned": untuned,
+            "in_sample": _standard_at(files(chosen_all, every), threshold),
+            "held_out": _standard_at(pooled, threshold), "categories": per_cat}
+
+
+def print_cv(cv: dict[str, Any]) -> None:
+    def fig(r: dict[str, Any]) -> str:
+        s = "n/a" if r["score"] is None else f"{r['score']:.2f}"
+        return f"{s:>7s} (raw {r['raw']:7.3f}, {r['fp']:3d} fp rows)"
+
+    print(f"leave-one-category-out, NAB standard profile at threshold {cv['threshold']:g}")
+    print(f"{'category':24s} {'files':>5s}  {'in-sample':>30s}  {'held-out':>30s}  tuned on the others")
+    for c, r in cv["categories"].items():
+        print(f"{c:24s} {r['files']:5d}  {fig(r['in_sample']):>30s}  {fig(r['held_out']):>30s}  "
+              f"{r['tuned_on_others'] or 'untuned'}")
+    print(f"{'overall':24s} {sum(r['files'] for r in cv['categories'].values()):5d}  {fig(cv['in_sample']):>30s}  "
+          f"{fig(cv['held_out']):>30s}")
+    print(f"in-sample choice: {cv['in_sample_choice'] or 'untuned'}; untuned: {fig(cv['untuned'])}")
 
 
 def _nab_document(results: dict[str, Any], source: str, rate: float | None, points: int) -> dict[str, Any]:
@@ -214,8 +314,8 @@ def evaluate_stragglers(steps: dict[float, dict[str, float]]) -> dict[str, Any]:
     per_worker = {}
     for w in sorted(workers, key=lambda w: (len(w), w)):
         eps = episodes.get(w, [])
-        per_worker[w] = {"flagged": bool(eps), "from_iteration": eps[0]["onset"] if eps else None,
-                         "episodes": eps}
+        onset = eps[0]["onset"] if eps else None
+        per_worker[w] = {"flagged": bool(eps), "onset": onset, "from_iteration": onset, "episodes": eps}
     flagged = [w for w, r in per_worker.items() if r["flagged"]]
     return {"benchmark": "stragglers", "iterations": len(steps), "workers": len(per_worker),
             "flagged": flagged, "per_worker": per_worker}
@@ -238,7 +338,7 @@ def run_stragglers(args: argparse.Namespace) -> int:
         if r["flagged"]:
             spans = ", ".join(f"{e['onset']:g}-{'' if e['end'] is None else format(e['end'], 'g')} ({e['reason']})"
                               for e in r["episodes"])
-            print(f"  worker {w:>4s}: straggler from iteration {r['from_iteration']:g}  [{spans}]")
+            print(f"  worker {w:>4s}: straggler, onset iteration {r['onset']:g}; episodes [{spans}]")
         else:
             print(f"  worker {w:>4s}: not flagged")
     return 0

@@ -29,9 +29,19 @@ gives 0; ``z = z_threshold`` gives exactly 0.5; never saturates, so scores stay 
   where it outgrows itself; ``novelty_margin`` of exceedance scores 0.5. This is what NAB rewards:
   early, single detections of what the series has not done before.
 
-State per series: 5 float64 (level, scale and error of both predictors), 10 float64 of novelty
-(means, lows, highs, largest surprise, recent novelty), 1 int32, 1 int8 and ``bins`` float32
-(48 bins: 317 bytes).
+**Sparse series** (a counter that ticks now and then: RoCE pause frames, a retry counter): each series
+also learns, from every sample, how often it is non-zero (rate ``scale_alpha``, the first samples
+averaged equally) and the usual size of
+its non-zero values (updates clipped at ``sparse_clip`` times the size once ``sparse_min_ticks`` ticks
+were seen, so a storm is not a tick). A series with at least ``sparse_min_ticks`` ticks that is
+non-zero in fewer than ``sparse_fraction`` of its samples is *sparse*: its scale is floored at its usual
+tick size, so a tick of the usual size (a rate of 0.3/s is not zero) is about 1 z and a value
+``z_threshold`` times the usual tick (a pause storm) scores 0.5 or more. Before its ticks are known, a
+series is judged as any other (the first ticks of a series that was always zero still stand out).
+
+State per series: 5 float64 (level, scale and error of both predictors), 13 float64 of novelty and
+sparsity (means, lows, highs, largest surprise, recent novelty; non-zero fraction, tick size, ticks
+seen), 1 int32, 1 int8 and ``bins`` float32 (48 bins: 341 bytes).
 
 >>> s = RobustScorer(RobustConfig(min_samples=10, bins=0))
 >>> s.register(0)
@@ -46,6 +56,7 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,7 +69,9 @@ MAD_TO_SD = 1.2533141373155001
 UP, DOWN, BOTH = 1, -1, 0
 #: Columns of :attr:`RobustScorer.novel`.
 MEANS, LOWS, HIGHS, PEAK, RECENT = slice(0, 2), slice(2, 5), slice(5, 8), 8, 9
-NOVEL_COLUMNS = 10
+#: Sparsity columns of :attr:`RobustScorer.novel` (learned from every row, as novelty is).
+TICK_FRACTION, TICK_SIZE, TICKS = 10, 11, 12
+NOVEL_COLUMNS = 13
 
 
 #: A learned level and scale at or below this count as zero (:meth:`RobustScorer.clean`).
@@ -96,6 +109,12 @@ class RobustConfig:
     novelty_refractory: float = 25.0
     #: Moves smaller than this fraction of the expected value never score (0 disables).
     min_relative_change: float = 0.0
+    #: A series non-zero in fewer than this fraction of its samples, with at least ``sparse_min_ticks``
+    #: non-zero samples seen, is sparse: its scale is floored at its usual tick size (0 disables).
+    sparse_fraction: float = 0.5
+    sparse_min_ticks: int = 3
+    #: A tick moves the usual tick size by at most this many times the size (a storm is not a tick).
+    sparse_clip: float = 4.0
     threshold: float = 0.5
 
     @classmethod
@@ -154,6 +173,11 @@ class RobustScorer:
         self.threshold = cfg.threshold
         self._rdecay = 0.5 ** (1.0 / cfg.novelty_refractory) if cfg.novelty_refractory > 0 else 0.0
         self._rates = np.array([cfg.novelty_fast, cfg.novelty_slow])
+        # The scales' bias correction by samples seen, ``1 - (1 - scale_alpha) ** max(n - 1, 1)``, as a
+        # table: past its end the correction is 1.0 to the last bit.
+        decay = 1.0 - cfg.scale_alpha
+        size = int(min(math.log(1e-17) / math.log(decay), 1e6)) + 3 if 0.0 < decay < 1.0 else 2
+        self._debias = 1.0 - decay ** np.maximum(np.arange(size) - 1.0, 1.0)
         # A mean's extremes are recorded once it has seen three times its memory (3 / rate samples):
         # before, its first samples weigh too much and would set extremes the series never had.
         self._starts = np.array([0.0, 3.0 / cfg.novelty_fast, 3.0 / cfg.novelty_slow])
@@ -212,29 +236,34 @@ class RobustScorer:
         # The scales start at 0 and follow at ``scale_alpha``: without a bias correction (as in Adam's
         # moment estimates) they are a fraction of the truth for the first ~1/alpha samples, and every
         # sample just after warm-up looks several scales away.
-        debias = 1.0 - (1.0 - cfg.scale_alpha) ** np.maximum(count - 1, 1)
+        debias = self._debias[np.minimum(count, self._debias.shape[0] - 1)]
         mad = np.maximum(np.where(use_season, self.mad_season[ids], self.mad_level[ids]) / debias, floor)
+        st = self.novel[ids]
+        if cfg.sparse_fraction > 0:
+            # A sparse series' scale is at least its usual tick (module docstring).
+            sparse = (st[:, TICKS] >= cfg.sparse_min_ticks) & (st[:, TICK_FRACTION] < cfg.sparse_fraction)
+            mad = np.maximum(mad, sparse * st[:, TICK_SIZE] * (1.0 / MAD_TO_SD))
         z = r / (MAD_TO_SD * mad)
         direction = self.direction[ids]
         zdir = np.where(direction == 0, np.abs(z), z * direction)
+        expected = np.where(use_season, prof, lvl)
         if cfg.min_relative_change > 0:
-            expected = np.where(use_season, prof, lvl)
             zdir = np.where(np.abs(r) < cfg.min_relative_change * np.abs(expected), 0.0, zdir)
         warm = count >= cfg.min_samples
         zdir = np.where(warm, zdir, 0.0)
-        novelty, novel = self._novelty(ids, x, count, mad, direction, zdir)
+        novelty, novel = self._novelty(st, x, count, mad, direction, zdir)
         return RobustScores(
             score=calibrate(zdir, cfg.z_threshold), novelty=novelty, z=zdir,
-            expected=np.where(use_season, prof, lvl),
+            expected=expected,
             scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
             _has_season=has_season, _floor=floor, _zdir=zdir, _novel=novel,
         )
 
-    def _novelty(self, ids: np.ndarray, x: np.ndarray, count: np.ndarray, mad: np.ndarray,
+    def _novelty(self, st: np.ndarray, x: np.ndarray, count: np.ndarray, mad: np.ndarray,
                  direction: np.ndarray, zdir: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Novelty of each row (module docstring) and the novelty state once the row is learnt."""
+        """Novelty of each row (module docstring) and the novelty state (``st``, the rows' state before)
+        once the row is learnt, sparsity included."""
         cfg = self.config
-        st = self.novel[ids]
         xc = x[:, None]
         prev = st[:, MEANS]
         means = np.where(count[:, None] == 0, xc, prev + self._rates * (xc - prev))
@@ -266,6 +295,15 @@ class RobustScorer:
         out[:, HIGHS] = highs
         out[:, PEAK] = np.maximum(peak * (1.0 - cfg.novelty_forget), nz)
         out[:, RECENT] = np.maximum(st[:, RECENT] * self._rdecay, e)
+        # Sparsity: how often the series ticks and how large a tick is (the first samples and the first
+        # ticks are averaged equally, as the scales are debiased: no early series looks sparse).
+        ax = np.abs(x)
+        tick = ax > CLEAN_EPS
+        frac, size, ticks = st[:, TICK_FRACTION], st[:, TICK_SIZE], st[:, TICKS]
+        out[:, TICK_FRACTION] = frac + np.maximum(1.0 / (count + 1.0), cfg.scale_alpha) * (tick - frac)
+        clipped = np.where(ticks >= cfg.sparse_min_ticks, np.minimum(ax, cfg.sparse_clip * size), ax)
+        out[:, TICK_SIZE] = size + tick * np.maximum(1.0 / (ticks + 1.0), cfg.scale_alpha) * (clipped - size)
+        out[:, TICKS] = ticks + tick
         return gated / (gated + cfg.novelty_margin), out
 
     def learn(self, ids: np.ndarray, x: np.ndarray, ev: RobustScores, mask: np.ndarray | None = None) -> None:
@@ -288,7 +326,7 @@ class RobustScorer:
         r_l = ev._r_level[sel]
         mad_l = self.mad_level[ids]
         first = self.count[ids] <= 1
-        debias = 1.0 - (1.0 - cfg.scale_alpha) ** np.maximum(self.count[ids] - 2, 1)
+        debias = self._debias[np.minimum(self.count[ids] - 1, self._debias.shape[0] - 1)]
         lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l / debias, floor)
         lvl = np.where(first, x, self.level[ids])
         self.level[ids] = lvl + cfg.level_alpha * np.clip(r_l, -lim_l, lim_l)
@@ -339,7 +377,12 @@ class RobustScorer:
         if n:
             self.register(n - 1)
         for k in self._STATE:
-            getattr(self, k)[:n] = data[f"robust.{k}"]
+            v = data[f"robust.{k}"]
+            if k == "novel" and v.shape[1] < NOVEL_COLUMNS:  # a snapshot from before sparsity was learned
+                self.novel[:n] = 0.0
+                self.novel[:n, : v.shape[1]] = v
+                continue
+            getattr(self, k)[:n] = v
 
     @property
     def nbytes_per_series(self) -> float:

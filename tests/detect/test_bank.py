@@ -69,7 +69,7 @@ def test_only_the_bad_direction_counts_and_context_never_scores() -> None:
 
 
 def test_episode_needs_confirm_samples_and_clears_after_clear_normal_ones() -> None:
-    b = bank(confirm=2, clear=3)
+    b = bank(confirm=2, confirm_window=2, clear=3)  # the strict rule (k of n: tests/detect/test_confirm.py)
     b.register(0, Mode.LEVEL, Direction.UP)
     rng = np.random.default_rng(3)
     base = list(10 + rng.normal(0, 0.2, 60))

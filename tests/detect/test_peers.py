@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from streams.peers import PeerComparator, PeerConfig
@@ -61,3 +63,75 @@ def test_snapshot_restore_continues_identically() -> None:
     rest_a = [a.update("job", float(s), WORKERS, v[s]) for s in range(100, 200)]
     rest_b = [b.update("job", float(s), WORKERS, v[s]) for s in range(100, 200)]
     assert rest_a == rest_b and any(rest_a)
+
+
+def intermittent(seed: int, first: int = 100) -> tuple[np.ndarray, list[int]]:
+    """A worker slow (1.3-2.3x the median) in 10 of 14 steps from ``first``, the other 4 single normal
+    steps between slow ones (the shape of the held-back Alibaba PAI straggler)."""
+    rng = np.random.default_rng(seed)
+    v = 1.0 + rng.normal(0, 0.03, (220, len(WORKERS)))
+    # 4 normal steps among positions 1..12, never two in a row and never first or last.
+    while True:
+        normal = sorted(rng.choice(np.arange(1, 13), 4, replace=False).tolist())
+        if all(b - a > 1 for a, b in itertools.pairwise(normal)):
+            break
+    slow = [first + k for k in range(14) if k not in normal]
+    v[slow, 3] *= rng.uniform(1.3, 2.3, len(slow))
+    return v, slow
+
+
+def test_an_intermittent_straggler_is_flagged_from_its_first_slow_step_and_recovers_once() -> None:
+    for seed in range(12):
+        v, slow = intermittent(seed)
+        out = drive(PeerComparator(), v)
+        assert [(w, p) for w, p, _ in out] == [("w3", "start"), ("w3", "end")], (seed, out)
+        assert slow[0] <= out[0][2] <= slow[0] + 5, (seed, out)
+
+
+def test_strict_consecutive_confirmation_misses_the_intermittent_straggler() -> None:
+    """k of n with n == k is the old rule: the interruptions reset it (what the held-back job showed)."""
+    misses = 0
+    for seed in range(12):
+        v, _ = intermittent(seed)
+        misses += drive(PeerComparator(PeerConfig(confirm=5, confirm_window=5)), v) == []
+    assert misses >= 6
+
+
+def test_scattered_slow_steps_below_k_of_n_are_not_a_straggler() -> None:
+    v = noisy(300, seed=7)
+    v[100:200:3, 2] *= 1.8  # one step in three: 2-3 of any 8, fewer than 5
+    assert drive(PeerComparator(), v) == []
+
+
+def test_the_streaming_path_flags_the_intermittent_straggler_through_the_same_comparator() -> None:
+    """streams.lanes.JobSignals buckets per-worker step times by event time (5 s) and runs this very
+    PeerComparator: the intermittent straggler is flagged there too, onset at its first slow bucket."""
+    from streams.lanes import JobSignals
+
+    v, slow = intermittent(5)
+    sig = JobSignals()
+    size = sig.config.peer_bucket_s
+    for step in range(v.shape[0]):
+        ts = step * size + 1.0
+        sig.add({"job_id": "j", "lanes": {}, "workers": {"step_time": [[ts, v[step].tolist(), WORKERS]]}})
+        sig.advance(ts + size + 1.0)
+    events = [(e.transition.worker, e.transition.phase, e.transition.onset_step) for e in sig.peer_events]
+    assert [(w, p) for w, p, _ in events] == [("w3", "start"), ("w3", "end")], events
+    assert events[0][2] == slow[0] * size
+
+
+def test_a_snapshot_from_before_k_of_n_restores_and_continues() -> None:
+    """Snapshots written before ``lead``, ``gap`` and ``hist`` existed restore with no run known."""
+    v = noisy(200, seed=4)
+    v[120:, 1] *= 1.4
+    a = PeerComparator()
+    for s in range(100):
+        a.update("job", float(s), WORKERS, v[s])
+    old = {jid: {k: d[k] for k in ("names", "smooth", "base", "count", "state", "run", "run_step")}
+           for jid, d in a.snapshot().items()}
+    b = PeerComparator()
+    b.restore(old)
+    out = []
+    for s in range(100, 200):
+        out += [(t.worker, t.phase) for t in b.update("job", float(s), WORKERS, v[s])]
+    assert out == [("w1", "start")]
