@@ -210,9 +210,9 @@ def test_a_skew_learned_after_the_verdict_revises_it_and_one_learned_before_reti
     alerts = []
     for r in [r for r in recs if r["phase"] == "start"]:
         alerts += corr.on_record(r, 0.0).alerts
-    alerts += corr.on_record({"type": "watermark", "origins": {"o": T + 16}}, 0.0).alerts
+    alerts += corr.on_record({"type": "watermark", "origins": {"o": T + 22}}, 0.0).alerts
     assert alerts[0]["root_cause"]["layer"] == "nccl"
-    out = corr.on_record(clock("n2", -6.0, T + 17, retime_only=True), 0.0)
+    out = corr.on_record(clock("n2", -6.0, T + 23, retime_only=True), 0.0)
     assert [a["type"] for a in out.alerts] == ["job_slowdown"]  # a re-time only copy raises no clock_skew
     revised = out.alerts[0]
     assert revised["alert_id"] == alerts[0]["alert_id"] and revised["root_cause"]["source"] == "leaf1"

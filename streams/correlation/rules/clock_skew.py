@@ -2,7 +2,9 @@
 
 The offsets are estimated upstream (:mod:`streams.clocks`) per (source, layer) and arrive as ``clock``
 records (``start`` when beyond tolerance, ``end`` when back). A source whose clock shows on several
-layers (topics) is one alert, firing at the first ``start`` and resolved at the last ``end``.
+layers (topics) is one alert, firing at the first ``start`` and resolved at the last ``end``; its layer
+is the host's (or the switch's) whichever layer showed it first (:func:`clock_layer`), so a replay
+gives the same alert whatever order the topics' records arrive in.
 """
 
 from __future__ import annotations
@@ -59,9 +61,21 @@ class ClockSkewRule(BaseRule):
                      for s, c in data.get("clock_open", {}).items()}
 
 
+def clock_layer(layer: str) -> str:
+    """The layer a clock belongs to: a switch's or a storage system's own, else the host's, whichever
+    exporter's samples (gpu, nic, nccl, ...) showed it first: the alert must not depend on which topic's
+    record arrived first.
+
+    >>> clock_layer("gpu"), clock_layer("nccl"), clock_layer("switch"), clock_layer("storage")
+    ('host', 'host', 'switch', 'storage')
+    """
+    return layer if layer in ("switch", "storage") else "host"
+
+
 def _alert(rec: dict[str, Any], onset: float, ctx: RuleContext) -> Alert:
     """Firing (a ``start`` record) or resolved (an ``end`` record) for a skew that began at ``onset``."""
-    source, layer, offset, unc = rec["source"], rec["layer"], float(rec["offset"]), float(rec["uncertainty"])
+    source, offset, unc = rec["source"], float(rec["offset"]), float(rec["uncertainty"])
+    layer = clock_layer(str(rec["layer"]))
     ts = float(rec["ts"])
     jobs = ctx.inventory.affected_jobs(layer, source, {}, ts)
     others = []
