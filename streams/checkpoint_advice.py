@@ -18,7 +18,7 @@ For each pool with a contention alert in the window, every job the alerts name, 
   ``time() % period_s == phase_s``);
 - ``offset_s``: the pool's latest contention's advice: its ``by_seconds`` for the job it moves, 0 for
   the others; ``next_write_at`` (the next start the period predicts after ``as_of``) and
-  ``suggested_start_at`` (that plus the offset), when the period is known.
+  ``suggested_start_at`` (that plus the offset), ``null`` while the period is not known.
 
 The pool is ``contended`` while one of its alerts still fires, else ``clear`` (the advice stands: jobs
 that checkpoint on a period meet again at the next round). Pure: the alerts and the time are inputs.
@@ -103,10 +103,9 @@ def _job(job: str, raw: list[float], gpus: int, advice: Mapping[str, Any], now: 
                            "last_write_at": format_ts(seen[-1]) if seen else None,
                            "period_s": round(period, 1) if period else None,
                            "phase_s": round(seen[-1] % period, 1) if period else None,
-                           "move": moves, "offset_s": round(offset, 1)}
+                           "move": moves, "offset_s": round(offset, 1), "next_write_at": None,
+                           "suggested_start_at": None}
     if period:
-        rounds = max(1, int((now - seen[-1]) // period) + 1)
-        nxt = seen[-1] + rounds * period
-        row["next_write_at"] = format_ts(nxt)
-        row["suggested_start_at"] = format_ts(nxt + offset)
+        nxt = seen[-1] + (int((now - seen[-1]) // period) + 1) * period
+        row["next_write_at"], row["suggested_start_at"] = format_ts(nxt), format_ts(nxt + offset)
     return row

@@ -47,7 +47,7 @@ def test_one_contention_names_both_jobs_and_moves_the_later_writer_by_the_rules_
     assert (a["job_id"], b["job_id"]) == ("train-a", "train-b") and (a["gpus"], b["gpus"]) == (64, 32)
     # train-b started writing 5 s after train-a; one observation each: no period yet
     assert parse_ts(b["last_write_at"]) - parse_ts(a["last_write_at"]) == pytest.approx(5.0, abs=1.0)
-    assert a["writes"] == b["writes"] == 1 and a["period_s"] is None and "next_write_at" not in a
+    assert a["writes"] == b["writes"] == 1 and a["period_s"] is None and a["next_write_at"] is None
     assert (a["move"], a["offset_s"]) == (False, 0.0)
     assert b["move"] and b["offset_s"] == alert["details"]["advice"]["by_seconds"] > 25.0
     assert checkpoint_advice(alerts, now, WEEK, pool="nfs-home") == []
