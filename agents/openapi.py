@@ -201,6 +201,16 @@ def _schemas() -> dict[str, Any]:
                                 "step_time": _ref("BeforeAfter"), "cause": _ref("BeforeAfter")})
     s["IncidentEffects"] = _obj({"window": STR, "as_of": NUM, "window_s": NUM, "compare_s": NUM,
                                  "incidents": _arr(_ref("IncidentEffect"))})
+    # checkpoint-stagger advice per pool (issue 22; streams/checkpoint_advice.py)
+    s["CheckpointJob"] = _obj({"job_id": STR, "gpus": INT, "writes": INT, "last_write_at": NSTR,
+                               "period_s": NNUM, "phase_s": NNUM, "move": BOOL, "offset_s": NUM,
+                               "next_write_at": NSTR, "suggested_start_at": NSTR})
+    s["CheckpointPool"] = _obj({"pool": STR, "state": {"enum": ["contended", "clear"]}, "contentions": INT,
+                                "latest": _obj({"alert_id": STR, "status": STR, "started_at": STR,
+                                                "overlap_s": NNUM, "advice": NSTR}),
+                                "jobs": _arr(_ref("CheckpointJob"))})
+    s["CheckpointAdvice"] = _obj({"as_of": NUM, "as_of_iso": STR, "window": STR,
+                                  "pools": _arr(_ref("CheckpointPool"))})
     return s
 
 
@@ -338,6 +348,14 @@ def _document() -> dict[str, Any]:
                        {"enum": ["tightly-coupled", "data-loader-heavy"]}, False)],
             description="Over the live inventory, away from drained, down, busy nodes and the entities of the "
                         "ledger's open incidents (docs/capacity.md \"Placement advice\")."),
+        "/advice/checkpoints": _get(
+            "getCheckpointAdvice", "Checkpoint-stagger advice per storage pool: the jobs sharing it, their "
+            "checkpoint period and phase as observed, the offset suggested to each", "CheckpointAdvice",
+            heavy=True, errors=(400,), params=[
+                _param("window", "query", "Contentions started in this window (default 7d)", required=False),
+                _param("pool", "query", "Only this pool", required=False)],
+            description="From the checkpoint_contention alerts the read model holds, as of its latest event time "
+                        "(docs/capacity.md \"Checkpoint-stagger advice\")."),
         "/annotations": {
             **_get("listAnnotations", "Operator annotations, oldest first", "AnnotationList",
                    params=[_param("job", "query", "Only this job's annotations")]),

@@ -55,7 +55,8 @@ from agents.topics import TopicCatalogue
 from models.errors import ConfigError
 from models.operator import AnnotationRequest, SilenceRequest
 from models.settings import LockstepSettings
-from streams import before_after, fabric, fabric_health, ledger, views
+from models.timeutil import format_ts
+from streams import before_after, checkpoint_advice, fabric, fabric_health, ledger, views
 from streams.inventory import InventoryIndex
 from streams.placement import PlacementError
 from streams.readstore import ReadStore
@@ -80,13 +81,15 @@ QUERY = {
     # fabric health, placement and the fleet page (issue 22; streams/fabric_health.py, docs/capacity.md)
     "/capacity/heatmap": {"by", "window", "bucket", "limit"}, "/fabric/health": {"window", "limit"},
     "/placement": {"gpus", "class"}, "/fleet": {"window"}, "/capacity/effects": {"window", "limit"},
+    "/advice/checkpoints": {"window", "pool"},  # checkpoint-stagger advice (streams/checkpoint_advice.py)
 }
 #: Routes whose answers are computed in the thread pool, at most ``web_max_heavy_requests`` at once
 #: (their cost grows with the cluster, the window or the store); everything else is answered on the
 #: event loop at once (probes, ``/metrics`` from its cache, single records, the page, writes).
 HEAVY = frozenset({"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/timeline", "/jobs/{job_id}/diagnosis", "/alerts",
                    "/fabric/{switch}/{port}", "/silences", "/capacity", "/fabric/report",
-                   "/capacity/heatmap", "/fabric/health", "/placement", "/capacity/effects"})
+                   "/capacity/heatmap", "/fabric/health", "/placement", "/capacity/effects",
+                   "/advice/checkpoints"})
 #: The most of the event loop's time heavy views take while requests wait for a turn. Measured with
 #: tests/faults/test_read_load.py at 20,000 samples/s produced: ingest under read load kept 290/s
 #: with no pause between views, 8,600-9,600/s at 1/2, 7,100/s at 1/4 (the 429s cost loop time too).
@@ -272,6 +275,7 @@ class WebServer:
         r.add_get("/fabric/health", self.fabric_health)
         r.add_get("/placement", self.placement)
         r.add_get("/capacity/effects", self.capacity_effects)
+        r.add_get("/advice/checkpoints", self.advice_checkpoints)
         r.add_get("/fleet", self.fleet_page)
         r.add_post("/annotations", self.annotate)
         r.add_get("/silences", self.silences)
@@ -803,6 +807,24 @@ class WebServer:
             out = before_after.effects(self.store, self.store.ledger, self._as_of(wall), seconds, limit,
                                        float(self.settings.annotation_window_s))
             return {"window": window, **out}
+
+        return await self._heavy_json(request, compute)
+
+    async def advice_checkpoints(self, request: web.Request) -> web.Response:
+        """Checkpoint-stagger advice per pool, from the checkpoint_contention alerts held: for a training
+        launcher (streams.checkpoint_advice, docs/capacity.md)."""
+        window, pool = self._query(request, "window", "7d"), self._query(request, "pool")
+        wall = self.clock()
+
+        def compute() -> Any:
+            try:
+                seconds = ledger.parse_window(window)
+            except ledger.LedgerError as exc:
+                raise views.QueryError(str(exc)) from None
+            now = self._as_of(wall)
+            pools = checkpoint_advice.checkpoint_advice([e.latest for e in self.store.alerts.values()], now,
+                                                        seconds, pool)
+            return {"as_of": now, "as_of_iso": format_ts(now), "window": window, "pools": pools}
 
         return await self._heavy_json(request, compute)
 

@@ -23,6 +23,9 @@ request class:
 Pure: the fabric, the request and what to avoid are arguments (:meth:`Fabric.from_inventory`,
 :func:`avoid_from` build them from the inventory and the ledger's open incidents).
 
+The same fabric is also written for schedulers: a Slurm ``topology.conf`` (:func:`slurm_topology`)
+and Kubernetes node labels (:func:`k8s_node_labels`, :func:`k8s_nodes_yaml`).
+
 >>> fabric = Fabric({"n1": "l1", "n2": "l1", "n3": "l2"}, {"l1": frozenset({"s1"}), "l2": frozenset({"s1"})},
 ...                 {}, {"n1": 8, "n2": 8, "n3": 8})
 >>> [(c.nodes, c.reason) for c in place(fabric, Request(16)).candidates]
@@ -31,12 +34,14 @@ Pure: the fabric, the request and what to avoid are arguments (:meth:`Fabric.fro
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import hostlist
+import yaml
 
 from streams.inventory import InventoryIndex
 
@@ -355,3 +360,138 @@ def leaf_spread(fabric: Fabric, nodes: Iterable[str]) -> tuple[int, int]:
     leaves = {fabric.leaf_of[n] for n in nodes if n in fabric.leaf_of}
     return len(leaves), len({fabric.spines_of.get(leaf) or frozenset({f"?{leaf}"}) for leaf in leaves})
 
+
+
+# -- Kubernetes -------------------------------------------------------------------------------------
+#: the label keys Lockstep writes (its own prefix: nothing else owns these keys)
+K8S_KEYS = {"leaf": "lockstep.io/leaf", "spine": "lockstep.io/spine", "core": "lockstep.io/core",
+            "fabric": "lockstep.io/fabric"}
+#: NVIDIA Topograph's default tree keys (its Kubernetes engine; KAI Scheduler and Kueue read them)
+TOPOGRAPH_KEYS = {"leaf": "network.topology.nvidia.com/leaf", "spine": "network.topology.nvidia.com/spine",
+                  "core": "network.topology.nvidia.com/core"}
+_K8S_BAD = re.compile(r"[^A-Za-z0-9_.\-]")
+_K8S_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_K8S_NODE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_k8s_label_value(value: str) -> bool:
+    """Whether Kubernetes takes ``value`` as a label value: at most 63 characters of ``[A-Za-z0-9_.-]``,
+    alphanumeric at both ends (or empty)."""
+    return len(value) <= 63 and _K8S_VALUE.fullmatch(value) is not None
+
+
+def k8s_label_value(name: str) -> str:
+    """A switch or pod name as a label value: characters Kubernetes does not take become ``_``, the
+    ends are trimmed to alphanumerics, and a name still too long (or left empty) is cut to 52 characters
+    and given 10 hex digits of its SHA-1, so distinct long names stay distinct.
+
+    >>> k8s_label_value("P10/S14"), k8s_label_value("-leaf 03-")
+    ('P10_S14', 'leaf_03')
+    >>> long = k8s_label_value("x" * 70); len(long), long[-11:]
+    (63, '-bbaad84b42')
+    """
+    value = _K8S_BAD.sub("_", name).strip("_.-")
+    return value if value and len(value) <= 63 else _hashed(name)
+
+
+def _label_values(names: Iterable[str]) -> dict[str, str]:
+    """Each name's label value; two names that would share one (``a/b`` and ``a_b``) both get the
+    hashed form, so a label never merges two switches."""
+    out = {n: k8s_label_value(n) for n in sorted(set(names))}
+    seen: dict[str, int] = {}
+    for value in out.values():
+        seen[value] = seen.get(value, 0) + 1
+    for name, value in out.items():
+        if seen[value] > 1:
+            out[name] = _hashed(name)
+    return out
+
+
+def _hashed(name: str) -> str:
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    head = _K8S_BAD.sub("_", name).strip("_.-")[:52].rstrip("_.-")
+    return f"{head}-{digest}" if head else f"h{digest}"
+
+
+def _group(switches: frozenset[str]) -> str:
+    """One name for a set of switches (a leaf's spines: its pod): the names by order, joined by ``.``."""
+    return ".".join(sorted(switches))
+
+
+def k8s_node_labels(fabric: Fabric, fabrics: Mapping[str, Iterable[str]] | None = None, *,
+                    topograph: bool = False) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """Node name -> its labels (:data:`K8S_KEYS`, and :data:`TOPOGRAPH_KEYS` too when ``topograph``), and
+    the nodes left out with the reason.
+
+    - ``leaf``: the node's leaf; ``spine``: the leaf's spine, or, when several serve it, their names
+      joined by ``.`` (the pod: nodes sharing the value share every spine); ``core``: the same one tier
+      up; ``fabric``: the fabrics of the node's links (``infiniband``, ``roce``; several joined by
+      ``.``). A tier the inventory does not know is not written.
+    - Values go through :func:`k8s_label_value` (``P10/S14`` -> ``P10_S14``).
+    - Kubernetes names nodes by their lowercased hostname (the kubelet's default), so the inventory's
+      names are lowercased; a name that is not then a DNS subdomain cannot be a node and is left out.
+
+    >>> labels, _ = k8s_node_labels(Fabric({"GPU1": "P1/S1"}, {"P1/S1": frozenset({"P1"})}, {}, {}),
+    ...                             {"GPU1": ["infiniband"]})
+    >>> labels
+    {'gpu1': {'lockstep.io/leaf': 'P1_S1', 'lockstep.io/spine': 'P1', 'lockstep.io/fabric': 'infiniband'}}
+    """
+    keys = [K8S_KEYS, TOPOGRAPH_KEYS] if topograph else [K8S_KEYS]
+    spine_of = {leaf: _group(sps) for leaf, sps in fabric.spines_of.items() if sps}
+    core_of: dict[str, str] = {}
+    for leaf, sps in fabric.spines_of.items():
+        cores = frozenset(c for sp in sps for c in fabric.cores_of.get(sp, ()))
+        if cores:
+            core_of[leaf] = _group(cores)
+    values = _label_values([*fabric.leaf_of.values(), *spine_of.values(), *core_of.values()])
+    labels: dict[str, dict[str, str]] = {}
+    left_out: dict[str, str] = {}
+    for node in sorted(fabric.leaf_of):
+        name = node.lower()
+        if len(name) > 253 or not _K8S_NODE.fullmatch(name):
+            left_out[node] = "not a Kubernetes node name (a lowercase DNS subdomain)"
+            continue
+        if name in labels:
+            left_out[node] = f"another inventory node is also {name} once lowercased"
+            continue
+        leaf = fabric.leaf_of[node]
+        tiers = {"leaf": values[leaf]}
+        if leaf in spine_of:
+            tiers["spine"] = values[spine_of[leaf]]
+        if leaf in core_of:
+            tiers["core"] = values[core_of[leaf]]
+        kinds = sorted(set((fabrics or {}).get(node, ())))
+        if kinds:
+            tiers["fabric"] = k8s_label_value(".".join(kinds))
+        labels[name] = {table[tier]: value for table in keys for tier, value in tiers.items() if tier in table}
+    return labels, left_out
+
+
+def node_fabrics(inv: InventoryIndex) -> dict[str, set[str]]:
+    """node -> the fabrics of its links (``infiniband``, ``roce``), from the inventory."""
+    out: dict[str, set[str]] = {}
+    for link in inv.links.values():
+        out.setdefault(link.node, set()).add(link.fabric)
+    return out
+
+
+def k8s_nodes_yaml(labels: Mapping[str, Mapping[str, str]]) -> str:
+    """The labels as a Kubernetes ``v1`` ``List`` of ``Node`` objects carrying only ``metadata.name`` and
+    ``metadata.labels``: for ``kubectl apply --server-side --field-manager=lockstep -f FILE``, which
+    sets these labels and owns nothing else of the nodes.
+
+    >>> print(k8s_nodes_yaml({"gpu1": {"lockstep.io/leaf": "P1_S1"}}), end="")
+    apiVersion: v1
+    kind: List
+    items:
+    - apiVersion: v1
+      kind: Node
+      metadata:
+        name: gpu1
+        labels:
+          lockstep.io/leaf: P1_S1
+    """
+    doc = {"apiVersion": "v1", "kind": "List",
+           "items": [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels[name])}}
+                     for name in sorted(labels)]}
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)

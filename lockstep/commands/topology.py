@@ -18,6 +18,9 @@ was, 2 for usage errors.
 nodes, each spine with its leaves, each core with its spines) and an advisory ``--exclude``
 hostlist of the drained and down nodes; ``--place GPUS`` prints the best node sets for a request
 (least leaf and pod spread, avoiding those nodes; ``--class``, ``--gpus-per-node``; docs/capacity.md).
+``--k8s`` prints Kubernetes node labels for leaf, spine, core and fabric, as a ``v1`` ``List`` of
+``Node`` objects for ``kubectl apply --server-side --field-manager=lockstep -f`` (``--topograph`` adds
+NVIDIA Topograph's ``network.topology.nvidia.com/`` keys; docs/capacity.md).
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    "instead, with an advisory --exclude hostlist of the drained and down nodes")
     p.add_argument("--place", type=int, metavar="GPUS", help="print the best node sets for GPUS GPUs instead "
                    "(least leaf and pod spread, away from drained and down nodes; docs/capacity.md)")
+    p.add_argument("--k8s", action="store_true", help="print Kubernetes node labels (lockstep.io/leaf, spine, core, "
+                   "fabric) as a YAML List of Node objects for kubectl apply --server-side instead")
+    p.add_argument("--topograph", action="store_true", help="with --k8s, also write NVIDIA Topograph's "
+                   "network.topology.nvidia.com/leaf, spine and core keys")
     p.add_argument("--class", dest="klass", default="tightly-coupled", choices=("tightly-coupled", "data-loader-heavy"),
                    help="the request's class for --place (default tightly-coupled)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of a node no job record describes (default 8)")
@@ -130,6 +137,8 @@ def topology_files(args: argparse.Namespace, out: TextIO, err: TextIO, *, now: f
                 expected.update(doc["nodes"])
             elif doc["kind"] == "node":
                 expected.add(doc["node"])
+    if getattr(args, "k8s", False):
+        return _k8s(args, index, out, err) if learned else 1
     if getattr(args, "slurm", False) or getattr(args, "place", None) is not None:
         return _placement(args, index, out, err) if learned else 1
     _report(index, expected, rejected, out)
@@ -164,6 +173,30 @@ def _placement(args: argparse.Namespace, index: object, out: TextIO, err: TextIO
         print(f"     nodes {safe_text(c.to_json()['hostlist'])}", file=out)
     if avoid.nodes:
         print(f"  avoided: sbatch --exclude={safe_text(exclude_hostlist(avoid))}", file=out)
+    return 0
+
+
+def _k8s(args: argparse.Namespace, index: object, out: TextIO, err: TextIO) -> int:
+    """``--k8s``: the labels on stdout; the nodes left out (names Kubernetes cannot take) and the label
+    counts on stderr, so stdout stays a manifest."""
+    from streams.inventory import InventoryIndex
+    from streams.placement import Fabric, k8s_node_labels, k8s_nodes_yaml, node_fabrics
+
+    assert isinstance(index, InventoryIndex)
+    labels, left_out = k8s_node_labels(Fabric.from_inventory(index), node_fabrics(index),
+                                       topograph=args.topograph)
+    for node, why in left_out.items():
+        print(f"lockstep topology: {safe_text(node)} left out: {why}", file=err)
+    if not labels:
+        print("lockstep topology: no node to label", file=err)
+        return 1
+    out.write(k8s_nodes_yaml(labels))
+    counts: dict[str, int] = {}
+    for mine in labels.values():
+        for key in mine:
+            counts[key] = counts.get(key, 0) + 1
+    print(f"lockstep topology: {len(labels)} nodes labelled "
+          f"({', '.join(f'{k} {n}' for k, n in sorted(counts.items()))})", file=err)
     return 0
 
 

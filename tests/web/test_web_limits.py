@@ -118,6 +118,7 @@ def test_every_heavy_route_is_limited() -> None:
                  "/capacity": "/capacity", "/capacity/heatmap": "/capacity/heatmap", "/fabric/health": "/fabric/health",
                  "/placement": "/placement?gpus=8", "/capacity/effects": "/capacity/effects"}
         paths["/fabric/report"] = "/fabric/report"
+        paths["/advice/checkpoints"] = "/advice/checkpoints"
         assert set(paths) == HEAVY
         for path in paths.values():
             async with s.get(url + path) as r:
