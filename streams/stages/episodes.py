@@ -59,7 +59,7 @@ class Episodes:
                         "type": "anomaly", "phase": phase, "job_id": a.job_id, "ts": onset,
                         "confirmed_ts": float(ts[i]), "ingest_ts": None if math.isnan(ing) else ing,
                         "layer": meta.layer, "source": meta.source, "labels": labels, "metric": meta.metric,
-                        "meaning": meta.info.meaning.value,
+                        "meaning": meta.info.meaning.value, "mode": meta.info.mode.value,
                         "role": "symptom" if meta.info.meaning.value in SYMPTOM_MEANINGS else "cause",
                         "direction": direction, "value": _f(tr.value[k]), "p50": _opt(tr.p50[k]),
                         "p99": _opt(tr.p99[k]), "score": _f(tr.score[k]), "relation": a.relation,

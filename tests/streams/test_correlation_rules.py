@@ -54,7 +54,9 @@ def records(diagram: str) -> list[dict[str, Any]]:
                 out.append({"type": "anomaly", "phase": "start", "job_id": "j", "ts": T + t, "confirmed_ts": T + t + 1,
                             "layer": layer, "source": source, "labels": labels, "metric": metric, "meaning": meaning,
                             "role": "symptom" if meaning in SYMPTOMS else "cause", "direction": direction,
-                            "value": 2.0, "p50": 1.0, "p99": 1.2, "score": 0.9, "relation": "node", "origin": "o",
+                            # x2 off the median in the bad direction: a significant change (the first mover's bar)
+                            "value": 0.5 if direction == "down" else 2.0, "p50": 1.0, "p99": 1.2, "score": 0.9,
+                            "relation": "node", "origin": "o",
                             "interval": 1.0})
             elif ch == "." and start is not None:
                 out.append(dict(out[-1] if out[-1]["metric"] == metric else {}, phase="end", ts=T + t,

@@ -45,7 +45,7 @@ def magnitude(rec: dict[str, Any]) -> float:
     retransmits, congestion: a rate of whole events) counts at least one event per sampling interval as
     normal: fewer cannot be told from the counter's own quantisation, so a lone pause frame on a NIC that
     pauses now and then is its normal, whatever its median. Any other series whose median is zero (an
-    XID field) is infinitely changed by any move.
+    XID field) is infinitely changed by any move, and so is an event series (``mode`` ``event``).
 
     >>> pause = {"meaning": "congestion", "direction": "up", "value": 1.0, "p50": 0.3, "interval": 1.0}
     >>> storm = {"meaning": "congestion", "direction": "up", "value": 25000.0, "p50": 0.3, "interval": 1.0}
@@ -57,11 +57,16 @@ def magnitude(rec: dict[str, Any]) -> float:
     5.0
     >>> magnitude({"meaning": "gpu_fault", "direction": "up", "value": 79.0, "p50": 0.0, "interval": 1.0})
     inf
+    >>> magnitude({"meaning": "link_down", "mode": "event", "direction": "up", "value": 1.0, "p50": 0.0,
+    ...            "interval": 0.0})
+    inf
     """
     value = float(rec["value"])
     p50 = rec.get("p50")
-    if p50 is None:
-        return math.inf  # no baseline yet: nothing to call it small against
+    if p50 is None or rec.get("mode") == "event":
+        # no baseline yet: nothing to call it small against; or an event (an XID, an Alertmanager alert):
+        # a discrete change already judged by its source, not a count of whole events per interval
+        return math.inf
     normal = float(p50)
     if rec.get("meaning") in evidence.NETWORK_MEANINGS:
         interval = float(rec.get("interval") or 0.0)
