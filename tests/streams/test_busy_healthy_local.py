@@ -34,6 +34,8 @@ def test_the_scenario_is_busy_for_forty_minutes() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [7, 11])
 def test_a_busy_healthy_cluster_raises_nothing_in_forty_minutes(seed: int) -> None:
+    """Through the pipeline of 020ffc4 (before a job's lifecycle was in the evidence) this gave 26 firing
+    alerts for either seed, none resolved: a job_slowdown and a gpu_utilisation per ending job."""
     result = LocalRunner().run_messages(Simulator(SCENARIO, seed=seed).run())
     assert [(a["type"], a["status"], a["job_id"]) for a in result.alerts] == []
     assert result.samples > 1_500_000
