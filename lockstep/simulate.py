@@ -56,6 +56,13 @@ class JobSpec:
     checkpoint_every_s: float = 0.0
     checkpoint_s: float = 10.0
     checkpoint_factor: float = 20.0
+    #: Seconds the checkpoint schedule is shifted by (so jobs sharing a pool take turns).
+    checkpoint_phase_s: float = 0.0
+    #: The scheduler's final state: ``COMPLETED``, or ``CANCELLED`` (scancel: no final save).
+    end_state: str = "COMPLETED"
+    #: Slow healthy drift of the job's step (and collective) time: a relative change per hour, linear
+    #: from the job's start (0.06: 6 % slower after an hour, as a growing sequence or a warming room does).
+    drift_per_h: float = 0.0
 
     def phase(self, rel: float) -> str:
         """``pending``, ``training``, ``exited`` (ranks gone, the scheduler not told yet), ``completing``
@@ -80,6 +87,8 @@ class ClusterSpec:
     first_port: int = 15
     roce_from: int = 41
     pools: tuple[tuple[str, str], ...] = (("lustre-a", "lustre"), ("nfs-home", "nfs"))
+    #: Slow healthy drift of busy GPUs' temperature: degrees Celsius per hour (a warming machine room).
+    gpu_temp_drift_per_h: float = 0.0
     jobs: tuple[JobSpec, ...] = (
         JobSpec("llm-70b", "gpu[001-020,025-036]", ("lustre-a",), 1.0, name="llm-70b-pretrain"),
         JobSpec("vision-7b", "gpu[021-024,037-040]", ("lustre-a",), 0.6, name="vision-7b-ft"),
@@ -196,6 +205,45 @@ LAB_BUSY = ClusterSpec(nodes=16, roce_from=13, jobs=(
                     completing_s=10.0)),
     JobSpec("ev-4", "gpu[013-016]", ("nfs-home",), 0.4, start_offset=355.0),
 ))
+
+#: The long busy-healthy replay: 40 simulated minutes.
+BUSY_40M_DURATION = 2400.0
+
+
+def _short_jobs(prefix: str, nodes: str, pool: str, seed: int, until: float) -> tuple[JobSpec, ...]:
+    """Short jobs of 2-5 minutes back to back on ``nodes`` (each 10-30 s after the last one's final
+    state) until ``until``, ending in turn as real ones do: COMPLETING held 5-15 s, COMPLETED at once, or
+    CANCELLED (scancel: no final save, the ranks gone at once, sometimes COMPLETING first). The same
+    ``seed`` gives the same jobs."""
+    rng = np.random.default_rng(seed)
+    jobs: list[JobSpec] = []
+    start = 0.0
+    while start < until:
+        length = float(rng.integers(120, 301))
+        kind = len(jobs) % 3
+        spec = JobSpec(f"{prefix}-{len(jobs) + 1:02d}", nodes, (pool,), round(float(rng.uniform(0.4, 0.9)), 2),
+                       start_offset=start, end_offset=start + length)
+        if kind == 0:
+            spec = replace(_ending(spec), completing_s=float(rng.integers(5, 16)))
+        elif kind == 1:
+            spec = _ending(spec)
+        else:
+            spec = replace(spec, end_state="CANCELLED", completing_s=5.0 if len(jobs) % 2 else 0.0)
+        jobs.append(spec)
+        start = start + length + spec.completing_s + float(rng.integers(10, 31))
+    return tuple(jobs)
+
+
+#: A busy lab cluster for 40 minutes: two long jobs share lustre-a and checkpoint every 5 minutes, taking
+#: turns (train-b 150 s after train-a); train-a's steps drift 6 %/h slower and the busy GPUs warm by
+#: 4 degrees C/h; short jobs follow each other on gpu009-012 (lustre-a) and gpu013-016 (nfs-home, RoCE).
+LAB_BUSY_40M = ClusterSpec(nodes=16, roce_from=13, gpu_temp_drift_per_h=4.0, jobs=(
+    JobSpec("train-a", "gpu[001-006]", ("lustre-a",), 1.0, checkpoint_every_s=300.0, drift_per_h=0.06),
+    JobSpec("train-b", "gpu[007-008]", ("lustre-a",), 0.8, checkpoint_every_s=300.0, checkpoint_phase_s=150.0,
+            drift_per_h=-0.03),
+    *_short_jobs("ft", "gpu[009-012]", "lustre-a", 40, BUSY_40M_DURATION - 150.0),
+    *_short_jobs("ev", "gpu[013-016]", "nfs-home", 41, BUSY_40M_DURATION - 150.0),
+))
 F = 45.0  # the lab scenarios' fault time (45 s of warm-up)
 F_END = F + 40.0
 LAB_DURATION = F_END + 50.0
@@ -284,6 +332,13 @@ SCENARIOS: dict[str, Scenario] = {
         "end on gpu009-016 (each a slow final save, ranks exiting 4 s before the scheduler's COMPLETING or "
         "COMPLETED, COMPLETING held up to 10 s)",
         duration=420.0, cluster=LAB_BUSY, expect="no alert",
+    ),
+    "busy-healthy-40m": Scenario(
+        "busy-healthy-40m",
+        "a busy healthy lab cluster for 40 minutes: train-a and train-b checkpoint into lustre-a every 5 minutes "
+        "in turn, their step times and the GPUs' temperature drift slowly; short jobs of 2-5 minutes follow each "
+        "other on gpu009-012 and gpu013-016, ending COMPLETING, COMPLETED at once or CANCELLED",
+        duration=BUSY_40M_DURATION, cluster=LAB_BUSY_40M, expect="no alert",
     ),
     "job-stalled": Scenario(
         "job-stalled",
@@ -416,10 +471,10 @@ class Simulator:
             if spec.start_offset > 0 and abs(rel - spec.start_offset) < 0.5:
                 out.append(self._job_event(spec, t, "RUNNING"))
             if spec.end_offset is not None and abs(rel - spec.end_offset) < 0.5:
-                out.append(self._job_event(spec, t, "COMPLETING" if spec.completing_s > 0 else "COMPLETED"))
+                out.append(self._job_event(spec, t, "COMPLETING" if spec.completing_s > 0 else spec.end_state))
             if spec.end_offset is not None and spec.completing_s > 0 and \
                     abs(rel - spec.end_offset - spec.completing_s) < 0.5:
-                out.append(self._job_event(spec, t, "COMPLETED"))
+                out.append(self._job_event(spec, t, spec.end_state))
         g = c.gpus_per_node
         for i, node in enumerate(self.nodes):
             job = self._job_on(node, rel)
@@ -432,7 +487,8 @@ class Simulator:
             util_f = np.array([self._job_factor(rel, "gpu_util", node, k) for k in range(g)]) if busy else np.ones(g)
             util = np.clip((95.0 if training else 0.0) * util_f + (rng.normal(0, 1.2, g) if training else np.zeros(g)),
                            0, 100)
-            self.gpu_temp[i] += rng.normal(0, 0.1, g) + ((66 if busy else 38) - self.gpu_temp[i]) * 0.05
+            warm = 66 + c.gpu_temp_drift_per_h * rel / 3600.0 if busy else 38
+            self.gpu_temp[i] += rng.normal(0, 0.1, g) + (warm - self.gpu_temp[i]) * 0.05
             for f in self._faults(rel, "xid"):
                 if f.node == node and f.gpu is not None and rel - f.start < 1.0:
                     self.last_xid[i, f.gpu] = f.rate or 79.0
@@ -481,7 +537,8 @@ class Simulator:
             if not training or job is None:
                 continue
             # NCCL
-            base_us = 12000.0 * job.step_time
+            drift = 1.0 + job.drift_per_h * (rel - job.start_offset) / 3600.0
+            base_us = 12000.0 * job.step_time * drift
             coll = base_us * self._job_factor(rel, "nccl", node) * rng.normal(1, 0.02)
             out.append(Message("nccl", node, [_s(ts, "nccl", node, "coll_exec_time_us", round(float(coll), 1),
                                                   {"coll": "AllReduce", "job_id": job.job_id}, ingest)], t))
@@ -489,7 +546,7 @@ class Simulator:
             rank = str(self.job_nodes[job.job_id].index(node) * g)
             # In synchronous data-parallel training every rank waits for the slowest: a job-wide
             # ``step`` fault models that; ``loader`` raises one node's (or the job's) data wait.
-            step = job.step_time * self._job_factor(rel, "step", node) * rng.normal(1, 0.015)
+            step = job.step_time * drift * self._job_factor(rel, "step", node) * rng.normal(1, 0.015)
             if job.end_offset is not None and rel >= job.end_offset - job.wind_down_s - job.final_save_s:
                 step *= job.final_save_factor
             loader = 0.01 * job.step_time * self._job_factor(rel, "loader", node) * abs(rng.normal(1, 0.1))
@@ -528,8 +585,8 @@ class Simulator:
                 burst = [f for f in self._faults(rel, "write_burst") if f.pool == pool and f.job == spec.job_id]
                 factor = 1.0 + sum(f.factor for f in burst)
                 if spec.checkpoint_every_s > 0 and pool == spec.storage[0] and self._training(spec, rel):
-                    into = (rel - spec.start_offset) % spec.checkpoint_every_s
-                    if rel - spec.start_offset >= spec.checkpoint_every_s and into < spec.checkpoint_s:
+                    since = rel - spec.start_offset - spec.checkpoint_phase_s
+                    if since >= spec.checkpoint_every_s and since % spec.checkpoint_every_s < spec.checkpoint_s:
                         factor += spec.checkpoint_factor
                 bursting += 1 if burst else 0
                 key = (pool, spec.job_id)
