@@ -50,7 +50,8 @@ class ClockSkewRule(BaseRule):
         state.layers.remove(layer)
         if not state.layers:
             del self.open[source]
-            ctx.emit(_alert(rec, state.started, ctx), float(rec["ts"]))
+            # resolved with the labels it fired with (an alert of an older snapshot may carry another layer)
+            ctx.emit(_alert(rec, state.started, ctx, state.alert.labels.get("layer")), float(rec["ts"]))
 
     def snapshot(self) -> dict[str, Any]:
         return {"clock_open": {s: {"layers": list(c.layers), "alert": c.alert.model_dump(mode="json"),
@@ -72,10 +73,11 @@ def clock_layer(layer: str) -> str:
     return layer if layer in ("switch", "storage") else "host"
 
 
-def _alert(rec: dict[str, Any], onset: float, ctx: RuleContext) -> Alert:
-    """Firing (a ``start`` record) or resolved (an ``end`` record) for a skew that began at ``onset``."""
+def _alert(rec: dict[str, Any], onset: float, ctx: RuleContext, layer: str | None = None) -> Alert:
+    """Firing (a ``start`` record) or resolved (an ``end`` record) for a skew that began at ``onset``
+    (``layer``: the firing alert's, for its resolve)."""
     source, offset, unc = rec["source"], float(rec["offset"]), float(rec["uncertainty"])
-    layer = clock_layer(str(rec["layer"]))
+    layer = layer or clock_layer(str(rec["layer"]))
     ts = float(rec["ts"])
     jobs = ctx.inventory.affected_jobs(layer, source, {}, ts)
     others = []
