@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 import urllib.error
@@ -20,6 +19,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from lockstep.apiclient import get_json
 from lockstep.commands.diagnose import base_url
 from lockstep.safetext import safe_data, safe_json, safe_text
 from models.settings import LockstepSettings
@@ -42,17 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def fetch_capacity(base: str, by: str, window: str, limit: int, timeout: float = 10.0) -> dict[str, Any]:
     """GET ``/capacity``; raises ``LookupError`` with the API's message on a 4xx."""
     query = urllib.parse.urlencode({"by": by, "window": window, "limit": limit})
-    req = urllib.request.Request(f"{base}/capacity?{query}", headers={"Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data: dict[str, Any] = json.loads(resp.read())
-            return data
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.loads(exc.read()).get("error", exc.reason)
-        except ValueError:
-            message = exc.reason
-        raise LookupError(f"{exc.code}: {message}") from None
+    return get_json(f"{base}/capacity?{query}", timeout)
 
 
 def ledger_of_records(records: list[Any]) -> tuple[Ledger, int]:

@@ -8,7 +8,6 @@ The worker is ``--url``, else ``LOCKSTEP_PUBLIC_URL``, else ``http://LOCKSTEP_WE
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import textwrap
 import urllib.error
@@ -16,6 +15,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from lockstep.apiclient import get_json
 from lockstep.safetext import safe_data, safe_json, safe_text
 from models.settings import LockstepSettings
 
@@ -51,17 +51,7 @@ def fetch_diagnosis(base: str, job: str, alert: str | None = None, timeout: floa
     url = f"{base}/jobs/{urllib.parse.quote(job, safe='')}/diagnosis"
     if alert:
         url += "?" + urllib.parse.urlencode({"alert": alert})
-    req = urllib.request.Request(url, headers={"Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data: dict[str, Any] = json.loads(resp.read())
-            return data
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.loads(exc.read()).get("error", exc.reason)
-        except ValueError:
-            message = exc.reason
-        raise LookupError(f"{exc.code}: {message}") from None
+    return get_json(url, timeout)
 
 
 def render_diagnosis(d: dict[str, Any], width: int = 100) -> str:

@@ -8,12 +8,12 @@ fabric and tier and the first rows of its evidence; ``--json`` prints the API's 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import urllib.error
 import urllib.request
 from typing import Any
 
+from lockstep.apiclient import get_json
 from lockstep.commands.diagnose import base_url
 from lockstep.safetext import safe_data, safe_json, safe_text
 from models.settings import LockstepSettings
@@ -38,17 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def fetch_report(base: str, timeout: float = 10.0) -> dict[str, Any]:
     """GET ``/fabric/report``; raises ``LookupError`` with the API's message on an HTTP error."""
-    req = urllib.request.Request(f"{base}/fabric/report", headers={"Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data: dict[str, Any] = json.loads(resp.read())
-            return data
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.loads(exc.read()).get("error", exc.reason)
-        except ValueError:
-            message = exc.reason
-        raise LookupError(f"{exc.code}: {message}") from None
+    return get_json(f"{base}/fabric/report", timeout)
 
 
 def _figure(value: Any) -> str:

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import orjson
 
+from lockstep.scenarios import write_messages
 from lockstep.simulate import F_END, LAB, LAB_DURATION, F, Fault, Message, Scenario, Simulator
 
 PAUSE_COUNTERS = ("rx_pause_ctrl_phy", "tx_pause_ctrl_phy")
@@ -96,11 +96,4 @@ def messages(name: str, seed: int = 7) -> Iterator[Message]:
 
 def write_replay(path: Path, name: str, seed: int = 7) -> int:
     """Write the scenario as a ``lockstep replay`` file; returns the line count."""
-    n = 0
-    with open(path, "wb") as fh:
-        for msg in messages(name, seed):
-            items = msg.value if isinstance(msg.value, list) else [msg.value]
-            for item in items:
-                fh.write(orjson.dumps(item) + b"\n")
-                n += 1
-    return n
+    return write_messages(path, messages(name, seed))

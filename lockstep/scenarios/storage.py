@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from agents.carriers import key_source
+from lockstep.scenarios import write_messages
 from lockstep.simulate import (
     DEFAULT_START_TS,
     F_END,
@@ -229,11 +229,4 @@ def native(stream: Iterable[Message]) -> Iterator[Message]:
 
 def write_replay(path: Path, name: str, seed: int = 7) -> int:
     """Write the scenario as a ``lockstep replay`` file (native lines and envelopes); returns the line count."""
-    n = 0
-    with open(path, "wb") as fh:
-        for msg in messages(name, seed):
-            items = msg.value if isinstance(msg.value, list) else [msg.value]
-            for item in items:
-                fh.write(orjson.dumps(item) + b"\n")
-                n += 1
-    return n
+    return write_messages(path, messages(name, seed))
