@@ -17,7 +17,7 @@ from models.settings import LockstepSettings
 pytestmark = pytest.mark.broker
 
 
-@pytest.mark.parametrize("seed", [7, 11])
+@pytest.mark.parametrize("seed", [7, pytest.param(11, marks=pytest.mark.slow)])  # seed 11: on demand
 def test_a_pfc_storm_through_the_broker(seed: int, settings: LockstepSettings, tmp_path: Path) -> None:
     path = tmp_path / "pfc-storm.jsonl"
     write_replay(path, "pfc-storm", seed)

@@ -81,20 +81,3 @@ def test_clock_skew_through_the_broker(settings: LockstepSettings, tmp_path: Pat
     skew = [a for a in alerts if a["type"] == "clock_skew"]
     assert [(a["status"], a["root_cause"]["source"]) for a in skew] == [("firing", "gpu005")]
     assert -6.3 < skew[0]["details"]["offset_s"] < -5.7
-
-
-def test_a_healthy_cluster_with_jobs_starting_and_ending_raises_nothing(settings: LockstepSettings,
-                                                                          tmp_path: Path) -> None:
-    assert replay_scenario("healthy-churn", settings, tmp_path) == []
-
-
-def test_a_busy_cluster_with_job_churn_raises_nothing_through_the_broker(settings: LockstepSettings,
-                                                                           tmp_path: Path) -> None:
-    assert replay_scenario("busy-churn", settings, tmp_path) == []
-
-
-def test_a_stalled_job_through_the_broker(settings: LockstepSettings, tmp_path: Path) -> None:
-    alerts = replay_scenario("job-stalled", settings, tmp_path)
-    assert [(a["type"], a["status"], a["job_id"], a["started_at"][11:19]) for a in alerts] == [
-        ("job_stalled", "firing", "train-b", "11:41:44"), ("job_stalled", "resolved", "train-b", "11:41:44")]
-    assert alerts[1]["details"]["end_reason"] == "resumed"

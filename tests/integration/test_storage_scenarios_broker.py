@@ -26,7 +26,7 @@ def replay_storage(name: str, settings: LockstepSettings, tmp_path: Path, seed: 
     return [orjson.loads(line) for line in out.getvalue().splitlines()]
 
 
-@pytest.mark.parametrize("seed", [7, 11])
+@pytest.mark.parametrize("seed", [7, pytest.param(11, marks=pytest.mark.slow)])  # seed 11: on demand
 def test_storage_via_network_through_the_broker(seed: int, settings: LockstepSettings, tmp_path: Path) -> None:
     alerts = replay_storage("storage-via-network", settings, tmp_path, seed)
     assert [(a["type"], a["status"], a["job_id"], a["root_cause"]["domain"], a["root_cause"]["source"],
@@ -36,7 +36,7 @@ def test_storage_via_network_through_the_broker(seed: int, settings: LockstepSet
     assert alerts[0]["root_cause"]["reason"].startswith("storage via network: stor-leaf01 port 1")
 
 
-@pytest.mark.parametrize("seed", [7, 11])
+@pytest.mark.parametrize("seed", [7, pytest.param(11, marks=pytest.mark.slow)])  # seed 11: on demand
 def test_lustre_exporter_contention_through_the_broker(seed: int, settings: LockstepSettings,
                                                        tmp_path: Path) -> None:
     alerts = replay_storage("checkpoint-contention-lustre-exporter", settings, tmp_path, seed)
