@@ -388,6 +388,21 @@ class WebServer:
             raise error(400, f"{name} must be a whole number in ASCII digits (at most 9), not {raw[:40]!a}")
         return int(raw)
 
+    def _limit(self, request: web.Request, default: int, most: int) -> int:
+        """The ``limit`` parameter, 1 to ``most`` (400 outside)."""
+        limit = self._int(request, "limit", default)
+        if limit is None or not 1 <= limit <= most:
+            raise error(400, f"limit must be 1-{most}")
+        return limit
+
+    @staticmethod
+    def _window_s(window: str) -> float:
+        """A ledger window (``7d``, ``week``) in seconds; a malformed one is the client's error (400)."""
+        try:
+            return ledger.parse_window(window)
+        except ledger.LedgerError as exc:
+            raise views.QueryError(str(exc)) from None
+
     def _time(self, request: web.Request, name: str) -> Any:
         """Unix seconds (ASCII digits, an optional fraction) or an RFC 3339 string for the view to parse;
         anything else (``1_000``, ``1e9``, ``nan``, non-ASCII digits) is a 400."""
@@ -710,9 +725,7 @@ class WebServer:
     async def capacity(self, request: web.Request) -> web.Response:
         """GPU-time lost per entity, job or domain over a window (streams.ledger.report, docs/capacity.md)."""
         by, window = self._query(request, "by", "entity"), self._query(request, "window", "7d")
-        limit = self._int(request, "limit", 20)
-        if limit is not None and not 1 <= limit <= 1000:
-            raise error(400, "limit must be 1-1000")
+        limit = self._limit(request, 20, 1000)
         wall = self.clock()
 
         def compute() -> Any:
@@ -722,6 +735,7 @@ class WebServer:
                 raise views.QueryError(str(exc)) from None
 
         return await self._heavy_json(request, compute)
+
     async def fabric_report(self, request: web.Request) -> web.Response:
         """The six fabric questions (docs/fabric.md), as of the latest event time the read model holds."""
         store, inventory = self.store, self.worker.inventory
@@ -738,9 +752,7 @@ class WebServer:
     async def capacity_heatmap(self, request: web.Request) -> web.Response:
         """GPU-hours lost per group and time bucket (streams.ledger.heatmap): the fleet page's grid."""
         by, window = self._query(request, "by", "leaf"), self._query(request, "window", "1d")
-        bucket, limit = self._query(request, "bucket", "1h"), self._int(request, "limit", 20)
-        if limit is not None and not 1 <= limit <= 1000:
-            raise error(400, "limit must be 1-1000")
+        bucket, limit = self._query(request, "bucket", "1h"), self._limit(request, 20, 1000)
         wall = self.clock()
 
         def compute() -> Any:
@@ -754,16 +766,11 @@ class WebServer:
     async def fabric_health(self, request: web.Request) -> web.Response:
         """Degraded and recovered fabric entities with their evidence, GPU-hours and drain suggestions."""
         window = self._query(request, "window", "1d")
-        limit = self._int(request, "limit", 50)
-        if limit is not None and not 1 <= limit <= 1000:
-            raise error(400, "limit must be 1-1000")
+        limit = self._limit(request, 50, 1000)
         wall, inventory = self.clock(), self.worker.inventory
 
         def compute() -> Any:
-            try:
-                seconds = ledger.parse_window(window)
-            except ledger.LedgerError as exc:
-                raise views.QueryError(str(exc)) from None
+            seconds = self._window_s(window)
             now = self._as_of(wall)
             alerts = {k: e.latest for k, e in self.store.alerts.items()}
             out = fabric_health.health(self.store.ledger, alerts, inventory, now, seconds, limit)
@@ -794,16 +801,11 @@ class WebServer:
     async def capacity_effects(self, request: web.Request) -> web.Response:
         """Before and after each recently resolved incident (streams.before_after, issue 22.4)."""
         window = self._query(request, "window", "7d")
-        limit = self._int(request, "limit", 20)
-        if limit is None or not 1 <= limit <= 200:
-            raise error(400, "limit must be 1-200")
+        limit = self._limit(request, 20, 200)
         wall = self.clock()
 
         def compute() -> Any:
-            try:
-                seconds = ledger.parse_window(window)
-            except ledger.LedgerError as exc:
-                raise views.QueryError(str(exc)) from None
+            seconds = self._window_s(window)
             out = before_after.effects(self.store, self.store.ledger, self._as_of(wall), seconds, limit,
                                        float(self.settings.annotation_window_s))
             return {"window": window, **out}
@@ -817,10 +819,7 @@ class WebServer:
         wall = self.clock()
 
         def compute() -> Any:
-            try:
-                seconds = ledger.parse_window(window)
-            except ledger.LedgerError as exc:
-                raise views.QueryError(str(exc)) from None
+            seconds = self._window_s(window)
             now = self._as_of(wall)
             pools = checkpoint_advice.checkpoint_advice([e.latest for e in self.store.alerts.values()], now,
                                                         seconds, pool)
