@@ -32,6 +32,20 @@ from models.settings import LockstepSettings
 
 log = logging.getLogger("lockstep.agents")
 
+#: How long a range read waits for a broker that does not answer before it gives up (IncompleteRead).
+READ_DEADLINE_S = 30.0
+
+
+class IncompleteRead(Exception):
+    """A range read that could not reach its end: the broker stopped answering before the deadline.
+    ``records``: what was read (a prefix of the range, in order)."""
+
+    def __init__(self, topic: str, partition: int, start: int, stop: int, records: list[Any]) -> None:
+        got = records[-1].offset + 1 if records else start
+        super().__init__(f"{topic}[{partition}]: read offsets {start}..{got - 1} of {start}..{stop - 1}; the broker "
+                         "did not answer for the rest")
+        self.records = records
+
 
 def expected_next(last_processed: int | None, committed: int | None) -> int | None:
     """The offset a partition's next delivered record must have: one past the last processed, else the
@@ -77,9 +91,16 @@ class RangeReader:
         self._lock = asyncio.Lock()
 
     async def read(self, topic: str, partition: int, start: int, stop: int, *,
-                   max_records: int = 5000) -> list[Any]:
-        """The records at offsets ``[start, stop)`` of one partition (aiokafka ``ConsumerRecord``s, in
-        order); fewer where the range holds no record or the broker stops answering (then logged)."""
+                   max_records: int = 5000, deadline_s: float = READ_DEADLINE_S) -> list[Any]:
+        """The records at offsets ``[start, stop)`` of one partition (aiokafka ``ConsumerRecord``s, in order).
+
+        Complete, or raises :class:`IncompleteRead` (holding what was read): the read ends at ``stop`` or
+        where the broker's fetch answers say the partition ends (its high-water mark), never because a
+        few fetches came back empty. Under load an empty fetch is common (the worker's event loop was
+        busy while the fetch waited): stopping at three of them, as this once did, returned part of a
+        catch-up and the restored state silently missed the rest. Tansu's ListOffsets misreports the end
+        of partitions written in batches; the high-water mark of a fetch answer does not (checked in
+        tests/integration/test_range_reader.py)."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         if stop <= start:
@@ -91,29 +112,53 @@ class RangeReader:
                 await self._consumer.start()
             consumer = self._consumer
             tp = TopicPartition(topic, partition)
-            consumer.assign([tp])
+            consumer.assign([tp])  # a fresh assignment: no high-water mark until a fetch answers
             consumer.seek(tp, start)
             out: list[Any] = []
-            empty = 0
-            while empty < 3:
-                if await consumer.position(tp) >= stop:
-                    break
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + deadline_s
+            while True:
+                position = await consumer.position(tp)
+                if position >= stop:
+                    return out
                 batch = (await consumer.getmany(tp, timeout_ms=500, max_records=max_records)).get(tp, [])
-                if not batch:
-                    empty += 1
+                if batch:
+                    out.extend(m for m in batch if start <= m.offset < stop)
+                    if batch[-1].offset >= stop - 1:
+                        return out
                     continue
-                empty = 0
-                out.extend(m for m in batch if start <= m.offset < stop)
-                if batch[-1].offset >= stop - 1:
-                    break
-            return out
+                high = consumer.highwater(tp)
+                if high is not None and await consumer.position(tp) >= high:
+                    return out  # the broker holds nothing more: the rest of the range has no record
+                if loop.time() > deadline:
+                    raise IncompleteRead(topic, partition, start, stop, out)
+
+    async def end(self, topic: str, partition: int, near: int = 0, deadline_s: float = READ_DEADLINE_S) -> int | None:
+        """The partition's end offset as a fetch answer gives it (the high-water mark), fetching from
+        ``near`` (a nearby offset keeps the answer small); None if no fetch answered by the deadline."""
+        from aiokafka import TopicPartition
+
+        tp = TopicPartition(topic, partition)
+        try:
+            await self.read(topic, partition, max(near, 0), max(near, 0) + 1, max_records=1, deadline_s=deadline_s)
+        except IncompleteRead:
+            return None
+        async with self._lock:
+            high = self._consumer.highwater(tp) if self._consumer is not None else None
+        return int(high) if high is not None else None
 
     async def chunks(self, topic: str, partition: int, start: int, stop: int,
                      size: int = 4000) -> AsyncIterator[list[Any]]:
         """:meth:`read` of ``[start, stop)`` in consecutive pieces of at most ``size`` offsets (a long range,
-        e.g. a rebuilt partition read from offset 0, is never held in memory whole)."""
+        e.g. a rebuilt partition read from offset 0, is never held in memory whole). Raises
+        :class:`IncompleteRead` after the pieces that were read."""
         for lo in range(start, stop, size):
-            records = await self.read(topic, partition, lo, min(lo + size, stop), max_records=size)
+            try:
+                records = await self.read(topic, partition, lo, min(lo + size, stop), max_records=size)
+            except IncompleteRead as e:  # what was read is still in order: hand it on, then say so
+                if e.records:
+                    yield e.records
+                raise
             if records:
                 yield records
 

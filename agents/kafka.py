@@ -79,10 +79,10 @@ async def drain(consumer: Any, tps: list[Any], timeout_s: float, on_batch: Any, 
     """Read the assigned partitions ``tps`` to their end, handing each fetched batch to ``on_batch``
     (a function of ``{TopicPartition: [records]}``; if it returns an awaitable, that is awaited).
 
-    "The end" is the end offsets at the start, confirmed by fetches that come back empty and by the end
-    offsets asked again then: some
-    Kafka-protocol brokers (Tansu) misreport the end offset of partitions written in batches, in either
-    direction, so an end offset alone would stop too early or wait forever. Raises ``TimeoutError``.
+    "The end" of a partition is the high-water mark of the last fetch answer for it, else (no answer yet)
+    its end offset, asked at the start and again once fetches come back empty: some Kafka-protocol
+    brokers (Tansu) misreport the end offset (ListOffsets) of partitions written in batches, in either
+    direction, while their fetch answers carry the right high-water mark. Raises ``TimeoutError``.
     """
     import asyncio
     import inspect
@@ -101,15 +101,16 @@ async def drain(consumer: Any, tps: list[Any], timeout_s: float, on_batch: Any, 
         else:
             quiet += 1
         reached = True
-        for tp in tps:
-            if await consumer.position(tp) < end[tp]:
+        for tp in tps:  # a fetch answer's high-water mark, once there is one, is the true end (not ListOffsets)
+            high = consumer.highwater(tp)
+            if await consumer.position(tp) < (end[tp] if high is None else high):
                 reached = False
                 break
         if reached and quiet >= 2:
             # Confirm with the end offsets as they are now: a fetch that came back empty under load, or an
             # end misreported low at the start, must not end the read before the records that are there.
             later = await consumer.end_offsets(tps)
-            behind = [tp for tp in tps if await consumer.position(tp) < later[tp]]
+            behind = [tp for tp in tps if await consumer.position(tp) < later[tp] and consumer.highwater(tp) is None]
             if not behind:
                 return
             end, quiet = later, 0

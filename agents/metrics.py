@@ -58,7 +58,8 @@ class WorkerMetrics:
         self.snapshots = Counter("lockstep_state_snapshots_total", "State snapshots written", ["table"], registry=r)
         self.gaps = Counter("lockstep_input_gaps_total",
                             "Holes in the offsets an agent was handed (records Faust never delivered), read from the "
-                            "broker and processed: filled (records found) or empty (markers, compaction)",
+                            "broker and processed: filled (records found), empty (markers, compaction) or incomplete "
+                            "(the broker stopped answering before the hole was read)",
                             ["topic", "outcome"], registry=r)
         self.broker_up = Gauge("lockstep_broker_up", "1 while the broker answers the worker's metadata probe",
                                registry=r)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agents.gaps import RangeReader, expected_next
+from agents.gaps import IncompleteRead, RangeReader, expected_next
 from agents.kafka import client_kwargs
 from agents.metrics import WorkerMetrics
 from agents.recovery import Facts, needs_broker_ts, stall_reread
@@ -34,10 +34,9 @@ class Offsets:
         """The group's committed offset (the next to read) of a partition, as Faust last knew it."""
         from faust.types import TP
 
-        consumer: Any = self.app.consumer
         try:
-            committed = consumer._committed_offset.get(TP(topic, partition))
-        except Exception:  # the consumer is not started
+            committed = self.app.consumer._committed_offset.get(TP(topic, partition))
+        except Exception:  # the consumer is not started (or no app: side reads only)
             return None
         return committed if isinstance(committed, int) else None
 
@@ -50,7 +49,13 @@ class Offsets:
         expected = expected_next(last, self.committed(topic, partition) if last is None else None)
         if expected is None or first <= expected:
             return []
-        records = await self.ranges.read(topic, partition, expected, first)
+        try:
+            records = await self.ranges.read(topic, partition, expected, first)
+        except IncompleteRead as e:
+            self.metrics.gaps.labels(topic, "incomplete").inc()
+            log.error("%s:%d: offsets %d..%d never reached the agent and could not all be read: %s; processing the %d "
+                      "read", topic, partition, expected, first - 1, e, len(e.records))
+            return e.records
         self.metrics.gaps.labels(topic, "filled" if records else "empty").inc()
         log.warning("%s:%d: offsets %d..%d never reached the agent (lost inside Faust between its fetcher and the "
                     "agent); read %d records from the broker and processing them first", topic, partition, expected,
@@ -81,42 +86,39 @@ class Offsets:
             consumer.ack(Message(m.topic, m.partition, m.offset, m.timestamp / 1000.0, m.timestamp_type, None,
                                  m.key, m.value, None, tp=TP(m.topic, m.partition)))
 
-    async def end(self, topic: str, partition: int) -> int | None:
-        """The partition's end offset; None when it cannot be read."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
-        consumer = AIOKafkaConsumer(**client_kwargs(self.settings, self.bootstrap), group_id=None,
-                                    enable_auto_commit=False)
+    async def end(self, topic: str, partition: int, near: int = 0) -> int | None:
+        """The partition's end offset, from a fetch answer's high-water mark (Tansu's ListOffsets misreports
+        the end of partitions written in batches); None when no fetch answered."""
         try:
-            await consumer.start()
-            tp = TopicPartition(topic, partition)
-            return int((await consumer.end_offsets([tp]))[tp])
+            return await self.ranges.end(topic, partition, near)
         except Exception:
             log.exception("could not read the end offset of %s[%d]", topic, partition)
             return None
-        finally:
-            await consumer.stop()
 
     async def record_time(self, topic: str, partition: int, offset: int) -> float | None:
-        """Kafka time (seconds) of the record at ``offset``; None if there is none or it cannot be read."""
-        try:
-            records = await self.ranges.read(topic, partition, offset, offset + 1)
-        except Exception:
-            log.exception("could not read %s[%d] at offset %d", topic, partition, offset)
-            return None
+        """Kafka time (seconds) of the record at ``offset``; None if the broker holds none there. Raises
+        :class:`IncompleteRead` when the broker did not answer (unknown, which is not "none there")."""
+        records = await self.ranges.read(topic, partition, offset, offset + 1)
         return records[0].timestamp / 1000.0 if records else None
 
     async def facts(self, topic: str, partition: int, snap: int | None, snap_ts: float | None, first: int | None,
                     first_ts: float | None, with_end: bool) -> Facts:
         """What agents.recovery.decide needs, read from the broker only where the decision needs it."""
         at_snap = end = None
+        unread = False
         if snap is not None and first is not None:
             if needs_broker_ts(snap, first):
                 if snap_ts is not None:
-                    at_snap = await self.record_time(topic, partition, snap)
+                    try:
+                        at_snap = await self.record_time(topic, partition, snap)
+                    except IncompleteRead as e:
+                        log.warning("%s:%d: the record at the snapshot's offset could not be read (%s)", topic,
+                                    partition, e)
+                        unread = True
             elif with_end:
-                end = await self.end(topic, partition)
-        return Facts(snap, snap_ts, first, first_ts, self.committed(topic, partition), end, at_snap, True)
+                end = await self.end(topic, partition, near=snap)
+        return Facts(snap, snap_ts, first, first_ts, self.committed(topic, partition), end, at_snap, True,
+                     snapshot_record_unread=unread)
 
     async def heal_stalls(self, watched: set[str], state: Any) -> None:
         """Resume and re-read an input partition that stopped delivering with records waiting (agents.stalls).

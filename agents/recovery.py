@@ -52,6 +52,8 @@ class Facts:
     broker_ts_at_snapshot: float | None = None
     #: whether a broker could be asked at all (False in the agent test context)
     broker: bool = True
+    #: the record at S was asked for but the broker did not answer in time (unknown, not "none there")
+    snapshot_record_unread: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,9 @@ def decide(f: Facts) -> Resume:
             return Resume(Action.CONTINUE, why="the next offset after the snapshot")
         if f.broker_ts_at_snapshot is not None and abs(f.broker_ts_at_snapshot - f.snapshot_record_ts) < SAME_RECORD_S:
             return Resume(Action.CONTINUE, why="the next offset after the snapshot (its record checked)")
+        if f.snapshot_record_unread:
+            return Resume(Action.CONTINUE, why="the next offset after the snapshot (its record could not be read: "
+                                               "the broker did not answer; taken as the usual continuation)")
         return Resume(Action.REBUILT_REFILLED, 0, first,
                       why=f"the record at the snapshot's input offset {s} is not the one the restored state holds: "
                           "the topic was recreated or truncated (a broker that lost its data?)")

@@ -18,6 +18,7 @@ import faust
 import orjson
 
 from agents.deadletters import fit_dead_letter
+from agents.gaps import IncompleteRead
 from agents.metrics import WorkerMetrics
 from agents.offsets import Offsets
 from agents.recovery import SAME_RECORD_S
@@ -154,7 +155,10 @@ class Runtime:
             return cached[1]
         if self.offsets is None:
             return None
-        at = await self.offsets.record_time(topic, partition, offset)
+        try:
+            at = await self.offsets.record_time(topic, partition, offset)
+        except IncompleteRead:  # unknown is not "another record": the records' own times decide (held)
+            return None
         same = at is not None and abs(at - record_ts) < SAME_RECORD_S
         self._same[key] = (offset, same)
         return same

@@ -1,0 +1,147 @@
+"""Side reads around Faust (holes, catch-ups, the record at a snapshot's offset) are complete or say so.
+
+A restored partition reads offsets again from the broker (agents.gaps.RangeReader) to rebuild its
+state. Under load these reads used to end after three empty fetches: the worker's event loop was busy
+while a fetch waited, the read returned part of the range, and the state silently missed the rest
+(the leaving-worker fault test then gave episode ends seconds late, about one full-suite run in
+five). And the partition's end was asked with ListOffsets, which Tansu misreports for partitions
+written in batches: a snapshot offset below the true end could look like one past it ("the topic
+was recreated") and the offsets before it were processed again.
+
+Here the broker is paused (SIGSTOP) in the middle of a read, and a partition is written in batches
+so that ListOffsets and the fetch answers disagree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agents.gaps import IncompleteRead, RangeReader
+from agents.kafka import start_producer
+from agents.metrics import WorkerMetrics
+from agents.offsets import Offsets
+from agents.recovery import Action, decide
+from lockstep.broker import EmbeddedBroker
+
+from .kit import make_settings
+
+pytestmark = [pytest.mark.broker]
+
+
+@pytest.fixture()
+def own_broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as b:  # paused by the tests: not shared with any other test
+        yield b
+
+
+async def write(settings: Any, topic: str, n: int, flush_every: int = 7) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+    producer = await start_producer(settings, settings.kafka_bootstrap_servers)
+    try:
+        for i in range(n):
+            await producer.send(topic, b"r%d" % i)
+            if i % flush_every == 0:
+                await producer.flush()  # batches of several records: what Tansu's ListOffsets misreports
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def test_a_read_waits_out_a_broker_that_stops_answering_and_returns_the_whole_range(
+        own_broker: EmbeddedBroker) -> None:
+    settings = make_settings(own_broker.bootstrap, partitions=1)
+    pid = own_broker.pid
+    assert pid is not None
+
+    async def go() -> tuple[list[int], list[int]]:
+        await write(settings, "t.pause", 3000)
+        reader = RangeReader(settings, own_broker.bootstrap)
+        try:
+            warm = [m.offset for m in await reader.read("t.pause", 0, 0, 10)]  # connected, metadata known
+            os.kill(pid, signal.SIGSTOP)
+            resumed = asyncio.get_running_loop().call_later(2.5, os.kill, pid, signal.SIGCONT)
+            try:
+                got = [m.offset for m in await reader.read("t.pause", 0, 10, 3000, max_records=200)]
+            finally:
+                resumed.cancel()
+                os.kill(pid, signal.SIGCONT)
+            return warm, got
+        finally:
+            await reader.close()
+
+    warm, got = asyncio.run(go())
+    assert warm == list(range(10))
+    # Before: three empty 500 ms fetches ended the read, and it returned [] (or a prefix) as if complete.
+    assert got == list(range(10, 3000)), f"{len(got)} of 2990 records, first {got[:3]}, last {got[-3:]}"
+
+
+def test_a_read_that_cannot_finish_says_so_with_what_it_read(own_broker: EmbeddedBroker) -> None:
+    settings = make_settings(own_broker.bootstrap, partitions=1)
+    pid = own_broker.pid
+    assert pid is not None
+
+    async def go() -> IncompleteRead | None:
+        await write(settings, "t.gone", 50)
+        reader = RangeReader(settings, own_broker.bootstrap)
+        try:
+            await reader.read("t.gone", 0, 0, 1)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                await reader.read("t.gone", 0, 1, 50, deadline_s=1.5)
+            except IncompleteRead as e:
+                return e
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            return None
+        finally:
+            await reader.close()
+
+    err = asyncio.run(go())
+    assert err is not None, "a read against a stopped broker returned as if the range were complete"
+    assert all(1 <= m.offset < 50 for m in err.records)
+    assert "did not answer" in str(err)
+
+
+def test_a_snapshot_below_the_true_end_is_not_taken_for_a_recreated_topic(own_broker: EmbeddedBroker) -> None:
+    """Faust hands a restored partition an offset at or before its snapshot's (the group's commit lags the
+    snapshot): the offsets up to the snapshot are skipped (SKIP_HELD). The end offset decides whether the
+    topic was recreated; read from ListOffsets it was low, and the snapshot looked past the end."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    settings = make_settings(own_broker.bootstrap, partitions=1)
+
+    async def go() -> tuple[int, int | None, Action]:
+        await write(settings, "t.end", 50)
+        consumer = AIOKafkaConsumer(bootstrap_servers=own_broker.bootstrap, group_id=None)
+        await consumer.start()
+        try:
+            tp = TopicPartition("t.end", 0)
+            listed = int((await consumer.end_offsets([tp]))[tp])
+        finally:
+            await consumer.stop()
+        offsets = Offsets(None, settings, own_broker.bootstrap, WorkerMetrics())
+        try:
+            snap = 48  # the restored state holds offsets up to 48; Faust resumes at the commit, 40
+            at_snap = await offsets.record_time("t.end", 0, snap)
+            first_ts = await offsets.record_time("t.end", 0, 40)
+            facts = await offsets.facts("t.end", 0, snap, at_snap, 40, first_ts, with_end=True)
+        finally:
+            await offsets.ranges.close()
+        return listed, facts.end, decide(facts).action
+
+    listed, end, action = asyncio.run(go())
+    assert end == 50, f"end read as {end} (ListOffsets said {listed})"
+    assert action is Action.SKIP_HELD, (action, listed, end)
