@@ -16,9 +16,12 @@ from typing import Any
 
 import orjson
 
+from agents.kafka import drain
 from streams.dispatch import Delivered
 
 log = logging.getLogger("lockstep.delivery.ledger")
+#: A ledger that cannot be read to its end in this long stops the delivery service's start (TimeoutError).
+LOAD_TIMEOUT_S = 120.0
 SEP = "\x1f"
 
 
@@ -58,10 +61,9 @@ class Ledger:
             tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
-            end = await consumer.end_offsets(tps)
-            remaining = {tp for tp in tps if end[tp] > 0}
-            while remaining:
-                batch = await consumer.getmany(*remaining, timeout_ms=500)
+
+            def apply(batch: dict[Any, list[Any]]) -> None:
+                nonlocal n
                 for tp, msgs in batch.items():
                     for msg in msgs:
                         if msg.value is not None:
@@ -70,9 +72,9 @@ class Ledger:
                                 n += 1
                             except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
                                 log.warning("unusable ledger record at %s:%d; skipped", tp.partition, msg.offset)
-                for tp in list(remaining):
-                    if await consumer.position(tp) >= end[tp]:
-                        remaining.discard(tp)
+
+            # To the end as fetch answers give it (ListOffsets can be misreported: agents.kafka.drain).
+            await drain(consumer, tps, LOAD_TIMEOUT_S, apply)
         finally:
             await consumer.stop()
         return n
