@@ -79,7 +79,7 @@ class Correlate:
         rt, state = self.rt, self.state
         corr = state.correlators.get(partition)
         if corr is None:
-            corr = JobPartition(rt.correlator, rt.inventory, rt.expected_origins, rt.signals, rt.rules)
+            corr = self.new_partition()
             blob = read_snapshot(rt.correlator_table, str(partition).encode())
             if blob:
                 try:
@@ -93,9 +93,19 @@ class Correlate:
                                     "version's); recomputed from the inputs' progress: %s", partition, corr.watermark)
                 except Exception:
                     log.exception("correlator snapshot of partition %d unusable; starting empty", partition)
-                    corr = JobPartition(rt.correlator, rt.inventory, rt.expected_origins, rt.signals, rt.rules)
+                    corr = self.new_partition()
             state.correlators[partition] = corr
         return corr
+
+    def new_partition(self) -> JobPartition:
+        """Correlation state for one ``anomalies`` partition. Live it knows every input partition (one no
+        worker mentions is between owners: streams.correlation.watermark); a replay waits for its own.
+        Without a broker (the agent test context) the ingest side cannot mention its partitions that have
+        no data, so the inputs are not known either."""
+        rt = self.rt
+        live = rt.expected_origins is None and rt.offsets is not None
+        inputs = rt.catalogue.telemetry_origins() if live else None
+        return JobPartition(rt.correlator, rt.inventory, rt.expected_origins, rt.signals, rt.rules, inputs=inputs)
 
     async def one(self, event: Any) -> None:
         rt, state, metrics = self.rt, self.state, self.metrics

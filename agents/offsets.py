@@ -75,6 +75,30 @@ class Offsets:
             return False
         return high > (processed + 1 if processed is not None else 0)
 
+    def without_data(self, topics: set[str], known: set[str] | dict[str, Any]) -> list[str]:
+        """The partitions of ``topics`` assigned to this worker, not in ``known`` (``topic:partition``: the
+        ones it reports progress for), whose broker holds nothing beyond the group's commit, as the
+        consumer last saw their end: owned, and no data to process (an input no exporter writes to).
+        Mentioned idle in the watermark records, so correlation does not wait for them as for inputs
+        between owners (streams.correlation.watermark). Empty when the consumer is not started."""
+        from faust.types import TP
+
+        try:
+            consumer: Any = self.app.consumer
+            assigned = [tp for tp in consumer.assignment() if tp.topic in topics]
+        except Exception:  # not started, or between assignments
+            return []
+        out = []
+        for tp in assigned:
+            name = f"{tp.topic}:{tp.partition}"
+            if name in known:
+                continue
+            high = consumer.highwater(TP(tp.topic, tp.partition))
+            committed = self.committed(tp.topic, tp.partition)
+            if isinstance(high, int) and high <= (committed or 0):
+                out.append(name)
+        return sorted(out)
+
     def ack(self, records: list[Any]) -> None:
         """Acknowledge records read around Faust (a hole), so the group's commit can pass them."""
         if not records:

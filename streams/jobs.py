@@ -32,8 +32,8 @@ class PartitionResult:
 class JobPartition:
     def __init__(self, config: CorrelatorConfig, inventory: InventoryIndex,
                  expected_origins: set[str] | None = None, signals: SignalsConfig | None = None,
-                 rules: Rules | None = None) -> None:
-        self.correlator = Correlator(config, inventory, expected_origins, rules)
+                 rules: Rules | None = None, inputs: set[str] | None = None) -> None:
+        self.correlator = Correlator(config, inventory, expected_origins, rules, inputs=inputs)
         self.signals = JobSignals(signals or SignalsConfig(allowed_lateness_s=config.allowed_lateness_s))
         # The signals advance on each new watermark *before* the jobs are judged at it, so a straggler
         # confirmed by then is known to the verdict however far the watermark jumped.

@@ -32,14 +32,14 @@ class Correlator:
 
     def __init__(self, config: CorrelatorConfig, inventory: InventoryIndex,
                  expected_origins: set[str] | None = None, rules: Rules | None = None,
-                 registry: Sequence[Callable[[], Rule]] = RULES) -> None:
+                 registry: Sequence[Callable[[], Rule]] = RULES, inputs: set[str] | None = None) -> None:
         self.config = config
         self.inventory = inventory
         #: silences and inhibition rules (shared with the worker, which folds the silences topic in)
         self.rules = rules if rules is not None else default_rules()
         self.emitter = Emitter(self.rules)
         self.correlation_rules: tuple[Rule, ...] = tuple(make() for make in registry)
-        self.clock = Watermark(config, expected_origins)
+        self.clock = Watermark(config, expected_origins, inputs)  # inputs: live, every input partition
         #: Called with each new watermark before the jobs are judged at it (the owner advances what
         #: else it keeps on the same watermark, e.g. peer comparison, so verdicts can use it).
         self.on_watermark: Callable[[float, CorrelatorOutput], None] | None = None

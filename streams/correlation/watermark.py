@@ -5,6 +5,13 @@ verdict on a degradation with onset ``O`` is taken only once it passes ``O + gra
 happened earlier but arrived later still counts. Live, an input stops holding the watermark back when
 its worker says it is idle, or when no worker has mentioned it for ``orphan_hold_s``; when none holds,
 the watermark catches up with the data (the greatest progress minus the lateness) and stops there.
+Live, the input partitions that exist are known (``inputs``: every telemetry partition): one that no
+worker has mentioned since this state started or was restored is between owners too (a rebalance
+under way, its new owner restoring it) and holds the watermark where it is, for up to
+``orphan_hold_s``; a worker that owns a partition without data mentions it idle at once. Without
+this, a correlation partition restored from an early snapshot knew only some inputs, followed
+the ones the staying worker processed, and a rebalance paged ``job_stalled`` for the jobs whose
+step times were on the partitions being moved (the leaving-worker fault test, under load).
 In replay (``expected`` origins) it waits for every input, and the end of all of them is
 :attr:`Watermark.finished` (verdicts judged at :attr:`Watermark.horizon` = ``inf``), not a watermark::
 
@@ -29,9 +36,14 @@ ALIVE_S = 3.0
 
 
 class Watermark:
-    def __init__(self, config: CorrelatorConfig, expected: set[str] | None = None) -> None:
+    def __init__(self, config: CorrelatorConfig, expected: set[str] | None = None,
+                 inputs: set[str] | None = None) -> None:
         self.config = config
         self.expected = expected
+        #: live: every input partition that exists (one never mentioned is between owners); None: unknown
+        self.inputs = inputs
+        #: the wall time this state started or was restored (the orphan hold of never-mentioned inputs)
+        self.started: float | None = None
         self.origin_wm: dict[str, float] = {}
         self.origin_seen: dict[str, float] = {}
         #: the input partition's worker says it has fetched nothing for it lately (it has no data)
@@ -45,8 +57,14 @@ class Watermark:
 
     def observe(self, rec: dict[str, Any], now_wall: float) -> None:
         """Fold a ``watermark`` record in. Raises ValueError on a progress that is not a valid event time."""
+        if self.started is None:
+            self.started = now_wall
         idle = set(rec.get("idle", ()))
-        for origin, wm in rec.get("origins", {}).items():
+        origins = rec.get("origins", {})
+        for origin in idle.difference(origins):  # owned, no data yet: mentioned, idle, no progress
+            self.origin_seen[origin] = now_wall
+            self.origin_idle[origin] = True
+        for origin, wm in origins.items():
             progress = float(wm)
             if not MIN_TS <= progress < MAX_TS:
                 raise ValueError(f"watermark progress of {str(origin)[:80]!r} is not a valid event time: "
@@ -77,6 +95,10 @@ class Watermark:
                 return -math.inf
             values = [self.origin_wm[o] for o in pending]
         else:
+            if self.started is None:
+                self.started = now_wall
+            if self.waiting_for_owner(now_wall):
+                return self.value  # an input between owners: hold where it is (no verdict runs ahead of it)
             values = [wm for o, wm in self.origin_wm.items() if o not in self.eos and self.holds(o, now_wall)]
         if values:
             return min(values) - lateness
@@ -106,6 +128,27 @@ class Watermark:
         if silent <= ALIVE_S:
             return not self.origin_idle.get(origin, False)
         return True
+
+    def waiting_for_owner(self, now_wall: float) -> bool:
+        """Live: whether an input partition that exists has not been mentioned by any worker since this state
+        started (or was restored), while that is less than ``orphan_hold_s`` ago: it is between owners,
+        and the watermark holds where it is.
+
+        >>> from streams.correlation.config import CorrelatorConfig
+        >>> w = Watermark(CorrelatorConfig(), inputs={"t:0", "t:1"})
+        >>> t0 = 1764502800.0
+        >>> w.observe({"origins": {"t:0": t0}}, now_wall=0.0)
+        >>> w.waiting_for_owner(5.0), w.current(5.0)  # t:1 between owners: nothing runs ahead
+        (True, -inf)
+        >>> w.observe({"origins": {"t:0": t0 + 30}, "idle": ["t:1"]}, now_wall=6.0)  # owned, no data
+        >>> w.waiting_for_owner(6.0), w.current(6.0) - t0
+        (False, 25.0)
+        """
+        if self.inputs is None or self.started is None:
+            return False
+        if now_wall - self.started > self.config.orphan_hold_s:
+            return False
+        return any(o not in self.origin_seen for o in self.inputs if o not in self.eos)
 
     def advance(self, now_wall: float) -> float | None:
         """Move to the current watermark: the event time to judge every job at, or None when it did not move
@@ -137,6 +180,7 @@ class Watermark:
         and the watermark is recomputed from what remains (``-inf`` if nothing does)."""
         self.origin_wm = {k: float(v) for k, v in data["origin_wm"].items() if math.isfinite(float(v))}
         self.origin_seen = dict.fromkeys(self.origin_wm, now_wall)
+        self.started = now_wall
         self.eos = set(data["eos"])
         self.finished = bool(data.get("finished", False))
         self.value = -math.inf if data["watermark"] is None else float(data["watermark"])

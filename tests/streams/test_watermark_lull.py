@@ -104,3 +104,38 @@ def test_replay_end_of_input_flushes_everything_and_snapshots_finite() -> None:
     assert out.finished and [a["status"] for a in out.alerts] == ["firing"]
     assert corr.horizon == math.inf and corr.watermark == T + 19
     assert corr.snapshot()["watermark"] == T + 19
+
+
+def test_an_input_no_worker_has_mentioned_since_a_restore_holds_until_its_owner_speaks() -> None:
+    """A rebalance: the correlation state is restored from a snapshot taken when only o1 had spoken, while
+    o2 (the partition with the job's step times) is between owners. o1 racing ahead must not move the
+    watermark (a job_stalled would page for the job whose step times are on o2) until o2's new owner
+    reports it, or for at most orphan_hold_s."""
+    early = JobPartition(CFG, inv())  # its snapshot knows o1 only, at T+10 (watermark T+8)
+    early.on_record(heartbeat(0.0, o1=10)[0], 0.0)
+    copy = JobPartition(CFG, early.correlator.inventory, inputs={"o1", "o2"})
+    copy.restore(early.snapshot(), 100.0)
+    for t in range(101, 110):
+        copy.on_record(heartbeat(float(t), o1=10 + 10 * (t - 100))[0], float(t))
+    held = copy.watermark
+    copy.on_record(heartbeat(110.0, o2=30)[0], 110.0)  # the new owner speaks: the least progress leads
+    assert (held, copy.watermark) == (T + 8, T + 28)
+    # Without the inputs known (what the worker did before): the watermark followed o1 alone.
+    blind = JobPartition(CFG, early.correlator.inventory)
+    blind.restore(early.snapshot(), 100.0)
+    blind.on_record(heartbeat(101.0, o1=100)[0], 101.0)
+    assert blind.watermark == T + 98
+
+
+def test_an_input_between_owners_holds_for_at_most_the_orphan_hold() -> None:
+    corr = Correlator(CFG, inv(), inputs={"o1", "o2"})
+    play(corr, [heartbeat(0.0, o1=10), heartbeat(30.0, o1=40)])
+    assert corr.watermark == -math.inf  # o2 never mentioned: nothing runs ahead of it
+    play(corr, [heartbeat(CFG.orphan_hold_s + 1.0, o1=50)])
+    assert corr.watermark == T + 48  # no owner came in time: correlation goes on without it
+
+
+def test_an_owned_input_without_data_is_mentioned_idle_and_holds_nothing() -> None:
+    corr = Correlator(CFG, inv(), inputs={"o1", "o2"})
+    play(corr, [({"type": "watermark", "origins": {"o1": T + 40}, "idle": ["o2"]}, 0.0)])
+    assert corr.watermark == T + 38
