@@ -131,13 +131,41 @@ class LocalRunner:
         return self.result
 
     def run_messages(self, messages: Iterable[Any]) -> LocalResult:
-        """Feed :class:`lockstep.simulate.Message` objects (inventory and telemetry) and finish."""
+        """Feed :class:`lockstep.simulate.Message` objects (inventory and telemetry) and finish.
+
+        The messages of one event second are processed as one batch per input partition, in their
+        order, as the ingest agent takes what queued up (the pipeline's results do not depend on how
+        its input is cut into batches: tests/streams/test_local_batching.py); an inventory event or the
+        next second ends the batch."""
+        pending: dict[str, list[tuple[bytes, Origin]]] = {}
+        second: float | None = None
         for msg in messages:
             if msg.topic == "inventory":
+                self._flush(pending)
                 self.inventory_event(msg.value)
-            else:
-                self.message(msg.topic, msg.key, orjson.dumps(msg.value), float(int(msg.ts)))
+                continue
+            at = float(int(msg.ts))
+            if second is not None and at > second:
+                self._flush(pending)
+                self._advance()
+            second = at
+            p = self._partition(msg.key)
+            topic = f"telemetry.{msg.topic}"
+            pending.setdefault(f"{topic}:{p}", []).append((orjson.dumps(msg.value), Origin(topic, p)))
+        self._flush(pending)
         return self.finish()
+
+    def _flush(self, pending: dict[str, list[tuple[bytes, Origin]]]) -> None:
+        """Each input partition's queued messages through its pipeline, then their outputs to correlation."""
+        for origin, items in pending.items():
+            pipe = self.pipelines.get(origin)
+            if pipe is None:
+                pipe = self.pipelines[origin] = PartitionPipeline(origin, self.detector, self.inventory,
+                                                                  stages=self.stages)
+            out = pipe.process_many(items, self.timer)
+            self._ingested(out)
+            self._correlate(origin, out)
+        pending.clear()
 
 
 def run_scenario(name: str, seed: int = 7, partitions: int = 4, **kwargs: Any) -> LocalResult:
