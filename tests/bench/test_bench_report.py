@@ -217,3 +217,17 @@ def test_the_workers_address_and_samples_are_read_from_its_log_and_metrics() -> 
             'lockstep_samples_in_totally 5\n')
     assert metric_total(text, "lockstep_samples_in_total") == 1234.0
     assert lag_summary([5, 0, 300, 0]) == {"max": 300, "median": 2.5, "last": 0, "readings": 4}
+
+
+def test_a_live_run_whose_alerts_all_came_too_late_says_so_instead_of_printing_nan() -> None:
+    one = run(30_000.0, 100_000.0, [0.3])
+    many = run(90_000.0, 90_000.0, [0.25] * 4)
+    live: dict[str, Any] = {"rate_samples_per_s": 45_000.0, "p50_s": None, "p99_s": None, "measured": 0, "incidents": 6,
+            "produced": {"samples_per_s": 44_000.0}, "per_worker_samples_per_s": [], "cpu_cores": [],
+            "lag_messages": {"max": None, "median": None, "last": None, "readings": 0}}
+    doc = scale_doc(cpu_budget=0.3, one=one, many=many, live=live, live_share_of_real_time=0.322)
+    doc["scale"]["spec"]["settle_s"] = 60.0
+    text = table(doc)
+    assert "n/a: no alert within 60 s of the last scrape (0 of 6 incidents)" in text
+    assert "the load generator sent 44,000" in text
+    assert "nan" not in text
