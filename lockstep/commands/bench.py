@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "live traffic of a 10,000-GPU cluster at half what the N sustained (0: skip)")
     p.add_argument("--scale-cores", type=float, default=0.3, metavar="CORES",
                    help="the CPU budget of each worker process of the scale run (a cgroup CPU quota)")
+    p.add_argument("--scale-load", type=float, default=0.5, metavar="FRACTION",
+                   help="the scale run's live traffic as a fraction of what its N workers sustained (default 0.5)")
     p.add_argument("--scale-only", action="store_true",
                    help="only the scale run (--scale 4 unless given); the document and docs get only its rows")
 
@@ -348,8 +350,8 @@ def scale_spec(args: argparse.Namespace) -> Any:
     >>> scale_spec(p.parse_args([])) is None
     True
     >>> spec = scale_spec(p.parse_args(["--scale", "4", "--scale-cores", "0.25"]))
-    >>> spec.workers, spec.cores, spec.partitions
-    (4, 0.25, 16)
+    >>> spec.workers, spec.cores, spec.partitions, spec.load
+    (4, 0.25, 16, 0.5)
     >>> scale_spec(p.parse_args(["--scale-only"])).workers
     4
     """
@@ -358,7 +360,7 @@ def scale_spec(args: argparse.Namespace) -> Any:
     workers = args.scale or (4 if args.scale_only else 0)
     if workers <= 0:
         return None
-    return ScaleSpec(workers=workers, cores=args.scale_cores)
+    return ScaleSpec(workers=workers, cores=args.scale_cores, load=args.scale_load)
 
 
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:

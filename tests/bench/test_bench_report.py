@@ -158,6 +158,7 @@ def test_the_scale_options_ask_for_four_budgeted_workers_on_sixteen_partitions_a
     assert (spec.workers, spec.cores, spec.partitions, spec.gpus) == (4, 0.3, 16, 10_000)
     only = p.parse_args(["--scale-only", "--scale-cores", "0.25"])
     assert only.scale_only and scale_spec(only).workers == 4 and scale_spec(only).cores == 0.25
+    assert scale_spec(p.parse_args(["--scale", "2", "--scale-load", "0.3"])).load == 0.3
 
 
 def test_the_live_rate_is_the_clusters_traffic_slowed_to_the_budget_never_faster_than_real_time() -> None:
