@@ -244,6 +244,30 @@ class Bench:
                 total += offset or 0
         return total
 
+    async def lag(self, group: str, topics: list[str]) -> int:
+        """Messages the group has not committed yet over ``topics``: the end offsets minus the
+        committed ones, per partition never below 0 (the embedded broker can report the end of batched
+        records below the committed offset)."""
+        from aiokafka import TopicPartition
+
+        await self.committed(group, topics)  # the group's offset reader, started once
+        consumer = self._offset_readers[group]
+        parts = [TopicPartition(t, p) for t in topics for p in range(self.partitions)]
+        ends = await consumer.end_offsets(parts)
+        total = 0
+        for tp in parts:
+            try:
+                done = await consumer.committed(tp)
+            except Exception:
+                done = None
+            total += max(0, ends.get(tp, 0) - (done or 0))
+        return total
+
+    def worker_samples(self, proc: subprocess.Popen[bytes]) -> float | None:
+        """Samples worker ``proc`` has processed so far (``lockstep_samples_in_total`` on its /metrics,
+        at the address its log gives); None when it cannot be read."""
+        return samples_in(self.logs[proc.pid])
+
     async def close_readers(self) -> None:
         for consumer in self._offset_readers.values():
             with contextlib.suppress(Exception):
@@ -367,6 +391,50 @@ def read_progress(files: list[Path]) -> tuple[float | None, int]:
     return at, done
 
 
+def web_address(log: str) -> str | None:
+    """The worker's HTTP address from its start-up line in ``log``.
+
+    >>> web_address("x\\nlockstep worker: consuming from 127.0.0.1:9092 as a; API and page at http://127.0.0.1:41234/\\n")
+    'http://127.0.0.1:41234'
+    >>> web_address("lockstep worker: embedded broker on ...") is None
+    True
+    """
+    marker = "API and page at "
+    at = log.rfind(marker)
+    if at < 0:
+        return None
+    url = log[at + len(marker):].split()[0].rstrip("/")
+    return url if url.startswith("http") else None
+
+
+def metric_total(text: str, name: str) -> float:
+    """Sum of every sample of counter ``name`` in a Prometheus text exposition.
+
+    >>> text = '# HELP x\\nx_total{a="1"} 2.0\\nx_total{a="2"} 3.0\\nx_created{a="1"} 9\\ny_total 5\\n'
+    >>> metric_total(text, "x_total")
+    5.0
+    """
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
+            total += float(line.rsplit(None, 1)[1])
+    return total
+
+
+def samples_in(log: Path, timeout: float = 5.0) -> float | None:
+    """``lockstep_samples_in_total`` of the worker whose log is ``log``, from its /metrics."""
+    import urllib.request
+
+    try:
+        url = web_address(log.read_text(errors="replace"))
+        if url is None:
+            return None
+        with urllib.request.urlopen(f"{url}/metrics", timeout=timeout) as resp:
+            return metric_total(resp.read().decode(), "lockstep_samples_in_total")
+    except (OSError, ValueError):
+        return None
+
+
 class TopicNames:
     def __init__(self, settings: Any) -> None:
         from agents.topics import TopicCatalogue
@@ -478,14 +546,21 @@ def state_per_series(series_target: int) -> dict[str, Any]:
 # -- latency ------------------------------------------------------------------------------------
 async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes: int = 4, incidents: int = 24,
                         warmup: int = 40, spacing: int = 2, tail: int = 30,
-                        name: str = "latency") -> dict[str, Any]:
+                        name: str = "latency", workers: int = 1, cpu: CpuBudget | None = None,
+                        settle_s: float = 8.0) -> dict[str, Any]:
     """Alert latency at ``rate`` samples/s: the scrape that completes an incident's evidence is acked by
     the broker at ``t0``; its alert is read from the alerts topic at ``t1``; latency = ``t1 - t0``.
 
     The evidence of a slowdown with onset ``O`` is complete once every input's event time passed
     ``O + grace + allowed lateness`` (the correlation watermark's rule): the first scrape at or after it.
     ``tail`` scrapes follow the last incident so the watermark passes it; after them the run waits
-    until every incident has fired (at most 8 s more).
+    until every incident has fired (at most ``settle_s`` more: an alert later than that is not counted).
+
+    ``workers`` worker processes share the partitions (each held to ``cpu`` when given); traffic starts
+    once every one of them consumes. With more than one, the document also has the group's lag
+    (uncommitted telemetry messages, read every second while the traffic runs: its maximum, its
+    median and the last reading), each worker's samples/s over the traffic (its
+    ``lockstep_samples_in_total``) and the CPU each used.
     """
     from aiokafka import AIOKafkaConsumer
 
@@ -497,7 +572,10 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
     spec = LoadSpec(gpus=gpus, nodes_per_job=jobs_nodes,
                     incidents=tuple((j, warmup + j * spacing) for j in range(incidents)), incident_s=40.0)
     await create_topics(settings, bench.bootstrap)
-    worker = bench.spawn_worker(settings, f"{name}-worker")
+    procs = [bench.spawn_worker(settings, f"{name}-worker" + (f"-{i}" if workers > 1 else ""), cpu=cpu)
+             for i in range(workers)]
+    topics = TopicNames(settings).telemetry
+    lags: list[int] = []
     acked: dict[int, float] = {}
     received: list[tuple[float, dict[str, Any]]] = []
     stop = asyncio.Event()
@@ -521,20 +599,46 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
             if len(fired) >= incidents:
                 all_fired.set()
 
+    async def watch_lag() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                lags.append(await bench.lag(settings.app_id, topics))
+            await asyncio.sleep(1.0)
+
     reader = asyncio.create_task(read_alerts())
+    lag_task: asyncio.Task[None] | None = None
+    per_worker: list[float | None] = []
+    cores: list[float] = []
+    rss_all: list[float | None] = []
     try:
-        await bench.wait_consuming(worker)  # measured from steady state, not start-up
+        for proc in procs:
+            await bench.wait_consuming(proc)  # measured from steady state, not start-up
+        if workers > 1:
+            lag_task = asyncio.create_task(watch_lag())
+        done0 = [bench.worker_samples(p) for p in procs]
+        cpu0 = [cpu_seconds(p.pid) for p in procs]
+        t0 = time.monotonic()
         scrapes = warmup + incidents * spacing + tail
         summary = await produce(settings, bench.bootstrap, spec, rate=rate, scrapes=scrapes,
                                 on_scrape=lambda k, ts, wall: acked.__setitem__(k, wall))
+        span = time.monotonic() - t0
+        done1 = [bench.worker_samples(p) for p in procs]
+        cpu1 = [cpu_seconds(p.pid) for p in procs]
+        per_worker = [round((b - a) / span, 1) if a is not None and b is not None else None
+                      for a, b in zip(done0, done1, strict=True)]
+        cores = [round((b - a) / span, 3) for a, b in zip(cpu0, cpu1, strict=True) if a is not None and b is not None]
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(all_fired.wait(), 8.0)
+            await asyncio.wait_for(all_fired.wait(), settle_s)
     finally:
         stop.set()
         await reader
+        if lag_task is not None:
+            await lag_task
         await consumer.stop()
-        rss = rss_mb(worker.pid)
-        bench.stop(worker)
+        rss_all = [rss_mb(p.pid) for p in procs]
+        rss = rss_all[0]
+        for proc in procs:
+            bench.stop(proc)
     lateness, grace = settings.allowed_lateness_s, settings.grace_s
     lat: list[float] = []
     seen: set[str] = set()
@@ -556,7 +660,23 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
             "alerts_firing": firing,
             "measured": len(lat), "p50_s": round(float(np.percentile(arr, 50)), 3),
             "p99_s": round(float(np.percentile(arr, 99)), 3), "max_s": round(float(np.max(arr)), 3),
-            "worker_rss_mb": rss}
+            "worker_rss_mb": rss, **({} if workers == 1 else {
+                "workers": workers, "cpu_budget": cpu.cores if cpu is not None else None,
+                "worker_rss_mb_each": rss_all, "per_worker_samples_per_s": per_worker, "cpu_cores": cores,
+                "lag_messages": lag_summary(lags)})}
+
+
+def lag_summary(lags: list[int]) -> dict[str, Any]:
+    """The lag readings of a live run: their maximum, median and last (None without any).
+
+    >>> lag_summary([0, 120, 40, 3])
+    {'max': 120, 'median': 21.5, 'last': 3, 'readings': 4}
+    >>> lag_summary([])
+    {'max': None, 'median': None, 'last': None, 'readings': 0}
+    """
+    if not lags:
+        return {"max": None, "median": None, "last": None, "readings": 0}
+    return {"max": max(lags), "median": float(np.median(lags)), "last": lags[-1], "readings": len(lags)}
 
 
 #: Peer rows (benchmarks.peers): the label of each in the JSON document.
@@ -564,10 +684,122 @@ PEER_RUNS = {"quix": "peer_quix", "quix-memory": "peer_quix_memory", "bytewax": 
              "bytewax-recovery": "peer_bytewax_recovery"}
 
 
+# -- scale-out ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScaleSpec:
+    """The scale run (``lockstep bench --scale N``): ``workers`` worker processes, each held to
+    ``cores`` by a CPU quota, on ``partitions`` partitions of each telemetry topic, against one worker
+    at the same budget on the same backlog; then live traffic of a ``gpus``-GPU cluster at ``load`` of
+    what the ``workers`` sustained, for lag, alert latency and each worker's samples/s. ``load`` is
+    half, as for the one-worker latency row: on this shared machine the load generator and the broker
+    take their CPU from the workers' during the live run, not during the backlog run.
+
+    The backlog is ``scrapes`` scrapes of the ``gpus``-GPU cluster; each throughput run is fitted over
+    ``measure_s`` seconds after its first commit (the whole backlog takes one budgeted worker minutes).
+    """
+
+    workers: int = 4
+    cores: float = 0.3
+    partitions: int = 16
+    gpus: int = 10_000
+    scrapes: int = 30
+    measure_s: float = 30.0
+    load: float = 0.5
+    #: The live run waits this long after its last scrape for the incidents' alerts (a worker behind
+    #: its traffic alerts late; an alert later than this is not counted).
+    settle_s: float = 60.0
+    incidents: int = 6
+    warmup: int = 25
+    tail: int = 20
+
+
+def natural_rate(gpus: int) -> float:
+    """Samples/s a ``gpus``-GPU cluster of :mod:`lockstep.loadgen` sends in real time (a scrape a second)."""
+    from lockstep.loadgen import LoadGenerator, LoadSpec
+
+    spec = LoadSpec(gpus=gpus)
+    return LoadGenerator(spec).samples_per_scrape / spec.interval_s
+
+
+def live_rate(natural: float, sustained: float | None, load: float) -> tuple[float, float]:
+    """The live run's samples/s and its share of the cluster's real-time rate: the cluster's traffic
+    slowed down (its scrapes further apart in wall time, the same messages and event times) to
+    ``load`` of what the budgeted workers ``sustained``, never faster than real time; without a
+    sustained rate, ``load`` of real time.
+
+    >>> live_rate(139_629.0, 100_000.0, 0.8)
+    (80000.0, 0.573)
+    >>> live_rate(10_000.0, 100_000.0, 0.8)
+    (10000.0, 1.0)
+    >>> live_rate(1000.0, None, 0.5)
+    (500.0, 0.5)
+    """
+    rate = load * sustained if sustained else load * natural
+    rate = min(rate, natural)
+    return round(rate, 1), round(rate / natural, 3)
+
+
+def scale_ratio(many: dict[str, Any], one: dict[str, Any], figure: str = "samples_per_s") -> float | None:
+    """``many`` workers' ``figure`` over one worker's (None when either has none).
+
+    >>> scale_ratio({"samples_per_s": 340.0}, {"samples_per_s": 100.0})
+    3.4
+    >>> scale_ratio({"samples_per_s": None}, {"samples_per_s": 100.0}) is None
+    True
+    """
+    a, b = many.get(figure), one.get(figure)
+    return round(a / b, 3) if a and b else None
+
+
+async def scale_run(bootstrap: str, spec: ScaleSpec, cpu: CpuBudget, say: Any = print,
+                    broker_pid: int | None = None, elapsed: Callable[[], str] = lambda: "") -> dict[str, Any]:
+    """The scale run of :class:`ScaleSpec` on its own topics (``spec.partitions`` partitions each):
+    one budgeted worker, then ``spec.workers``, on one backlog; then the live run."""
+    from lockstep.loadgen import LoadGenerator, LoadSpec
+
+    bench = Bench(bootstrap, partitions=spec.partitions, broker_pid=broker_pid)
+    settings = bench.with_prefix("scale")
+    natural = natural_rate(spec.gpus)
+    out: dict[str, Any] = {"spec": dict(spec.__dict__), "cpu_budget": cpu.cores, "natural_samples_per_s": natural,
+                           "series": LoadGenerator(LoadSpec(gpus=spec.gpus)).series}
+    try:
+        loaded = await bench.preload(settings, LoadSpec(gpus=spec.gpus), spec.scrapes)
+        out["loaded"] = loaded
+        say(f"{elapsed()} scale: preloaded {loaded['messages']:,} messages, {loaded['samples']:,} samples of a "
+            f"{spec.gpus:,}-GPU cluster ({out['series']:,} series, {natural:,.0f} samples/s in real time) on "
+            f"{spec.partitions} partitions a topic, in {loaded['seconds']:.0f} s")
+        runs = {}
+        for name, n in (("one", 1), ("many", spec.workers)):
+            run = await bench.throughput(f"scale-{n}", settings, loaded, "worker", n, cpu=cpu,
+                                         timeout_s=spec.measure_s + 120.0, measure_s=spec.measure_s)
+            runs[name] = run.as_dict()
+            say(f"{elapsed()}   {describe(f'scale {n} worker(s)', run)}")
+        out["one"], out["many"] = runs["one"], runs["many"]
+        out["ratio"] = scale_ratio(runs["many"], runs["one"])
+        out["ratio_per_cpu_s"] = scale_ratio(runs["many"], runs["one"], "samples_per_cpu_s")
+        rate, share = live_rate(natural, runs["many"].get("samples_per_s"), spec.load)
+        out["live_share_of_real_time"] = share
+        live = await alert_latency(bench, rate, gpus=spec.gpus, incidents=spec.incidents, warmup=spec.warmup,
+                                   tail=spec.tail, name="scale-live", workers=spec.workers, cpu=cpu,
+                                   settle_s=spec.settle_s)
+        out["live"] = live
+        say(f"{elapsed()} scale live at {rate:,.0f} samples/s ({share:.0%} of the cluster's real time): p50 "
+            f"{live['p50_s']} s, p99 {live['p99_s']} s ({live['measured']} of {live['incidents']} incidents), lag "
+            f"{live['lag_messages']}, per worker {live['per_worker_samples_per_s']} samples/s on {live['cpu_cores']}")
+    finally:
+        bench.stop_all()
+        await bench.close_readers()
+    return out
+
+
 async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat: int = 1,
                   broker_pid: int | None = None, worker_cores: float | None = 0.6,
-                  peer_rows: bool | None = None) -> dict[str, Any]:
+                  peer_rows: bool | None = None, scale: ScaleSpec | None = None,
+                  scale_only: bool = False) -> dict[str, Any]:
     """Every measurement of ``lockstep bench``; returns the JSON document.
+
+    ``scale``: also the scale run (:class:`ScaleSpec`, :func:`scale_run`), last; ``scale_only``: only
+    it (the document then has no other figures).
 
     ``worker_cores``: the scaling runs are repeated with each worker process held to that many cores
     (:mod:`benchmarks.cpulimit`), so that two workers and the broker fit in the machine; None (or no
@@ -606,8 +838,12 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
     out["peers"] = {k: missing[k] or ("measured" if k in peer_kinds else "not run with --quick (add --peers)")
                     for k in PEER_RUNS}
     for kind, why in out["peers"].items():
-        if why != "measured":
+        if why != "measured" and not scale_only:
             say(f"peer row {kind}: skipped, {why}")
+    if scale_only:
+        del out["peers"]
+        await _scale(out, bootstrap, scale or ScaleSpec(), say, broker_pid, elapsed)
+        return _finished(out, began, say, elapsed)
     try:
         # 1. batched messages: a scrape per message
         spec = LoadSpec(gpus=1024)
@@ -682,17 +918,35 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
         for r in range(repeat):
             # quick: fewer incidents and scrapes on the same cluster (a smaller one at the same samples/s
             # sends more scrapes a second, which costs the worker more: p99 5.4-9.7 s at 256 GPUs)
-            shape = {"incidents": 6, "warmup": 25, "tail": 20} if quick else {}
-            lat = await alert_latency(bench, 0.5 * worker_rate, name=f"latency-{r}", **shape)
+            incidents, warmup, tail = (6, 25, 20) if quick else (24, 40, 30)
+            lat = await alert_latency(bench, 0.5 * worker_rate, name=f"latency-{r}", incidents=incidents,
+                                      warmup=warmup, tail=tail)
             lats.append(lat)
             say(f"{elapsed()} latency at {lat['rate_samples_per_s']:,.0f} samples/s: p50 {lat['p50_s']} s, "
                 f"p99 {lat['p99_s']} s ({lat['measured']} of {lat['incidents']} incidents)")
         out["latency"] = median_runs({"latency": lats}, figure="p99_s")["latency"]
+        if scale is not None:
+            bench.stop_all()
+            await _scale(out, bootstrap, scale, say, broker_pid, elapsed)
     finally:
         bench.stop_all()
+    return _finished(out, began, say, elapsed)
+
+
+def _finished(out: dict[str, Any], began: float, say: Any, elapsed: Callable[[], str]) -> dict[str, Any]:
     out["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     out["wall_s"] = round(time.monotonic() - began, 1)
     say(f"{elapsed()} done")
+    return out
+
+
+async def _scale(out: dict[str, Any], bootstrap: str, spec: ScaleSpec, say: Any, broker_pid: int | None,
+                 elapsed: Callable[[], str]) -> dict[str, Any]:
+    """The scale run into ``out["scale"]`` (or why it was not run), with the finishing fields."""
+    cpu, why = cpulimit.budget(spec.cores)
+    say(f"{elapsed()} scale: {spec.workers} workers vs 1, CPU quota: {why}")
+    out["scale"] = (await scale_run(bootstrap, spec, cpu, say, broker_pid, elapsed) if cpu is not None
+                    else {"spec": dict(spec.__dict__), "why": why})
     return out
 
 

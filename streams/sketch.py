@@ -65,6 +65,7 @@ class RollingPercentiles:
         self._max = int(np.iinfo(np.dtype(cfg.dtype)).max)
         nw, b = len(cfg.windows), cfg.buckets
         self._w = np.asarray(cfg.windows, dtype=np.float64)
+        self._windex = np.arange(nw)
         self.counts = np.zeros((0, nw, 2, b), dtype=cfg.dtype)
         self.pane = np.full((0, nw), _NO_PANE, dtype=np.int64)
         self.offset = np.zeros(0, dtype=np.int32)  # key of bucket 1's upper edge minus 1
@@ -129,7 +130,8 @@ class RollingPercentiles:
             for k in np.flatnonzero(over):
                 self._shift(int(ids[k]), int(j[k] - (b - 1)))
             j = keys - self.offset[ids] + 1
-        return np.where(pos, np.clip(j, 1, b - 1), 0)
+        # np.minimum(np.maximum()) is np.clip for integers, without np.clip's Python-level dispatch
+        return np.where(pos, np.minimum(np.maximum(j, 1), b - 1), 0)
 
     # -- updates --------------------------------------------------------------------------------
     def add(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> None:
@@ -142,20 +144,22 @@ class RollingPercentiles:
         p = np.floor(ts[:, None] / self._w[None, :]).astype(np.int64)
         cur = self.pane[ids]
         adv = p - cur
-        roll1 = adv == 1
-        if roll1.any():
-            r, w = np.nonzero(roll1)
-            rid = ids[r]
-            self.counts[rid, w, 1] = self.counts[rid, w, 0]
-            self.counts[rid, w, 0] = 0
-        reset = adv >= 2
-        if reset.any():
-            r, w = np.nonzero(reset)
-            self.counts[ids[r], w] = 0
-        self.pane[ids] = np.where(adv >= 1, p, cur)
+        moved = adv >= 1
+        if moved.any():  # most rounds stay inside every window's current pane: nothing rolls
+            roll1 = adv == 1
+            if roll1.any():
+                r, w = np.nonzero(roll1)
+                rid = ids[r]
+                self.counts[rid, w, 1] = self.counts[rid, w, 0]
+                self.counts[rid, w, 0] = 0
+            reset = adv >= 2
+            if reset.any():
+                r, w = np.nonzero(reset)
+                self.counts[ids[r], w] = 0
+            self.pane[ids] = np.where(moved, p, cur)
         # One flat index per (row, window): slot 0 (current pane) or 1 (the one before), the value's bucket.
         nw, b = adv.shape[1], self.counts.shape[-1]
-        flat = ((ids[:, None] * nw + np.arange(nw)) * 2 + (adv < 0)) * b + bucket[:, None]
+        flat = ((ids[:, None] * nw + self._windex) * 2 + (adv < 0)) * b + bucket[:, None]
         ok = adv >= -1
         if ok.all():
             flat = flat.ravel()

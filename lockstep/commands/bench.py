@@ -21,6 +21,8 @@ import orjson
 ROOT = Path.cwd()
 BEGIN = "<!-- bench:begin (written by `lockstep bench`) -->"
 END = "<!-- bench:end -->"
+SCALE_BEGIN = "<!-- bench-scale:begin (written by `lockstep bench --scale-only`) -->"
+SCALE_END = "<!-- bench-scale:end -->"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -42,6 +44,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "so two workers and the broker fit in the machine (0: skip; needs a writable cgroup)")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="repeat the throughput and latency runs N times and report the medians (default 1)")
+    p.add_argument("--scale", type=int, default=0, metavar="N",
+                   help="also the scale run: N worker processes vs 1 at --scale-cores each on 16 partitions, then "
+                        "live traffic of a 10,000-GPU cluster at half what the N sustained (0: skip)")
+    p.add_argument("--scale-cores", type=float, default=0.3, metavar="CORES",
+                   help="the CPU budget of each worker process of the scale run (a cgroup CPU quota)")
+    p.add_argument("--scale-load", type=float, default=0.5, metavar="FRACTION",
+                   help="the scale run's live traffic as a fraction of what its N workers sustained (default 0.5)")
+    p.add_argument("--scale-only", action="store_true",
+                   help="only the scale run (--scale 4 unless given); the document and docs get only its rows")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -187,9 +198,71 @@ def _peer_rows(doc: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _live_share(sc: dict[str, Any]) -> str:
+    """How the live rate relates to the cluster's real time and to what the workers sustained.
+
+    >>> _live_share({"spec": {"workers": 4, "load": 0.8}, "live_share_of_real_time": 0.5})
+    "50% of the cluster's real time: 80% of what the 4 sustained"
+    >>> _live_share({"spec": {"workers": 4, "load": 0.8}, "live_share_of_real_time": 1.0})
+    "the cluster's real time: less than 80% of what the 4 sustained"
+    """
+    spec, share = sc["spec"], sc.get("live_share_of_real_time") or 0.0
+    load = f"{spec.get('load', 0.5):.0%} of what the {spec['workers']} sustained"
+    if share >= 1.0:
+        return f"the cluster's real time: less than {load}"
+    return f"{share:.0%} of the cluster's real time: {load}"
+
+
+def scale_rows(doc: dict[str, Any]) -> list[str]:
+    """The rows of the scale run (``--scale N``): N budgeted workers vs 1 on one backlog, and the live run.
+
+    >>> row, = scale_rows({"scale": {"spec": {"workers": 4, "partitions": 16, "gpus": 10000}, "why": "no cgroup"}})
+    >>> row.split(" | ")[1:3]
+    ['n/a', 'not measured: no cgroup']
+    """
+    sc = doc.get("scale")
+    if not sc:
+        return []
+    spec = sc["spec"]
+    n = spec["workers"]
+    label = f"| scale, {spec['partitions']} partitions: {n} worker processes vs 1 at a CPU budget each |"
+    if sc.get("why"):
+        return [f"{label} n/a | not measured: {sc['why']} | - | - | >= 3.4x |"]
+    one, many = sc["one"], sc["many"]
+    rows = [f"{label} {_with_cpu(many)} ({sc['cpu_budget']:g} core each; broker {many.get('broker_cores')}) | "
+            f"1 worker {_with_cpu(one)} (broker {one.get('broker_cores')}) | {_paired(many, one)} | "
+            f"{_paired(many, one, 'samples_per_cpu_s')} | >= {0.85 * n:.1f}x |"]
+    live = sc.get("live")
+    if live:
+        lag = live.get("lag_messages") or {}
+        each = ", ".join(_sps({"samples_per_s": v}) for v in live.get("per_worker_samples_per_s") or [])
+        cores = "+".join(f"{c:.2f}" for c in live.get("cpu_cores") or [])
+        produced = (live.get("produced") or {}).get("samples_per_s")
+        sent = f"; the load generator sent {produced:,.0f}" if produced else ""
+        latency = (f"{live['p50_s']} s / {live['p99_s']} s" if live.get("measured") else
+                   f"n/a: no alert within {spec.get('settle_s', 8):g} s of the last scrape")
+        rows += [
+            f"| scale live: {n} workers, {spec['gpus']:,}-GPU cluster at {live['rate_samples_per_s']:,.0f} samples/s "
+            f"({_live_share(sc)}{sent}), alert latency p50 / p99 | {latency} "
+            f"({live['measured']} of {live['incidents']} incidents) | - | - | - | p99 < 1 s |",
+            f"| scale live: lag in telemetry messages (max / median / last of {lag.get('readings', 0)} readings); "
+            f"samples/s of each worker (cores) | {lag.get('max')} / {lag.get('median')} / {lag.get('last')}; "
+            f"{each} ({cores}) | - | - | - | - |",
+        ]
+    return rows
+
+
 def table(doc: dict[str, Any]) -> str:
     """The Markdown table of one bench document (what docs/performance.md shows); rows a ``--quick``
-    run does not measure say so."""
+    run does not measure say so. A ``--scale-only`` document gives the scale rows alone."""
+    m = doc["machine"]
+    if "batched" not in doc:
+        wall = f", {doc['wall_s']:.0f} s" if doc.get("wall_s") else ""
+        head = (f"Commit `{doc['commit']}`, {doc['started']}{wall}; machine: {m['cpu']}, {m['cores']} cores shared "
+                f"with the broker and other engineers' work, Python {m['python']} (scale run only).")
+        return head + "\n\n" + "\n".join([
+            "| figure | Lockstep | baseline (same run) | ratio, samples/s | ratio, per CPU-second | goal |",
+            "|---|---|---|---|---|---|", *scale_rows(doc)]) + "\n"
     b = doc["batched"]["runs"]
     s = doc["single"]["runs"]
     st = doc["state"]
@@ -250,6 +323,7 @@ def table(doc: dict[str, Any]) -> str:
         rows.append(f"| scaling, 8 partitions: 2 worker processes vs 1 | {skipped} | - | - | - | >= 1.7x where cores "
                     "allow |")
     rows.append(_budget_row(doc))
+    rows += scale_rows(doc)
     wall = f", {doc['wall_s']:.0f} s" if doc.get("wall_s") else ""
     head = (f"Commit `{doc['commit']}`, {doc['started']}{wall}; machine: {m['cpu']}, {m['cores']} cores shared with "
             f"the broker and other engineers' work, Python {m['python']}{' (quick run)' if quick else ''}.")
@@ -257,13 +331,36 @@ def table(doc: dict[str, Any]) -> str:
 
 
 def write_docs(doc: dict[str, Any], path: Path) -> bool:
+    """The table between the ``bench`` markers of ``path``; a ``--scale-only`` document's between the
+    ``bench-scale`` ones (the main table stays as it was). False when the markers are missing."""
+    begin, end = (BEGIN, END) if "batched" in doc else (SCALE_BEGIN, SCALE_END)
     text = path.read_text() if path.exists() else ""
-    if BEGIN not in text or END not in text:
+    if begin not in text or end not in text:
         return False
-    a = text.index(BEGIN) + len(BEGIN)
-    b = text.index(END)
+    a = text.index(begin) + len(begin)
+    b = text.index(end)
     path.write_text(text[:a] + "\n\n" + table(doc) + "\n" + text[b:])
     return True
+
+
+def scale_spec(args: argparse.Namespace) -> Any:
+    """The :class:`benchmarks.lockbench.ScaleSpec` the options ask for, or None (no scale run).
+
+    >>> p = argparse.ArgumentParser(); add_arguments(p)
+    >>> scale_spec(p.parse_args([])) is None
+    True
+    >>> spec = scale_spec(p.parse_args(["--scale", "4", "--scale-cores", "0.25"]))
+    >>> spec.workers, spec.cores, spec.partitions, spec.load
+    (4, 0.25, 16, 0.5)
+    >>> scale_spec(p.parse_args(["--scale-only"])).workers
+    4
+    """
+    from benchmarks.lockbench import ScaleSpec
+
+    workers = args.scale or (4 if args.scale_only else 0)
+    if workers <= 0:
+        return None
+    return ScaleSpec(workers=workers, cores=args.scale_cores, load=args.scale_load)
 
 
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -279,7 +376,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     try:
         return await run_all(bootstrap, quick=args.quick, say=lambda line: print(line, flush=True),
                              repeat=max(1, args.repeat), broker_pid=broker.pid if broker is not None else None,
-                             worker_cores=args.worker_cores or None, peer_rows=args.peers)
+                             worker_cores=args.worker_cores or None, peer_rows=args.peers,
+                             scale=scale_spec(args), scale_only=args.scale_only)
     finally:
         if broker is not None:
             broker.stop()

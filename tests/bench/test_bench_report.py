@@ -135,3 +135,100 @@ def test_a_full_run_document_renders_every_row_including_scaling_and_the_budget(
     assert "state per series at 99,638 series" in text
     assert "n/a: not run" in text  # the peer rows of a run that had none
     assert "not run with --quick" not in text
+
+
+# -- the scale run (--scale N) ------------------------------------------------------------------
+def scale_doc(**scale: Any) -> dict[str, Any]:
+    """A ``--scale-only`` document as run_all writes it (only the scale figures)."""
+    spec = {"workers": 4, "cores": 0.3, "partitions": 16, "gpus": 10_000, "load": 0.8}
+    return {"commit": "abc", "started": "2026-12-01T00:00:00Z", "wall_s": 300.0,
+            "machine": {"cpu": "x", "cores": 2, "python": "3.11"}, "scale": {"spec": spec, **scale}}
+
+
+def test_the_scale_options_ask_for_four_budgeted_workers_on_sixteen_partitions_and_nothing_by_default() -> None:
+    import argparse
+
+    from lockstep.commands.bench import add_arguments, scale_spec
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert scale_spec(p.parse_args([])) is None
+    assert scale_spec(p.parse_args(["--quick"])) is None
+    spec = scale_spec(p.parse_args(["--scale", "4"]))
+    assert (spec.workers, spec.cores, spec.partitions, spec.gpus) == (4, 0.3, 16, 10_000)
+    only = p.parse_args(["--scale-only", "--scale-cores", "0.25"])
+    assert only.scale_only and scale_spec(only).workers == 4 and scale_spec(only).cores == 0.25
+    assert scale_spec(p.parse_args(["--scale", "2", "--scale-load", "0.3"])).load == 0.3
+
+
+def test_the_live_rate_is_the_clusters_traffic_slowed_to_the_budget_never_faster_than_real_time() -> None:
+    from benchmarks.lockbench import live_rate, natural_rate
+
+    natural = natural_rate(10_000)
+    assert natural == pytest.approx(139_629.0)  # a scrape a second: one sample per series
+    rate, share = live_rate(natural, 120_000.0, 0.8)
+    assert rate == pytest.approx(96_000.0) and share == pytest.approx(96_000.0 / natural, abs=1e-3)
+    assert live_rate(natural, 400_000.0, 0.8) == (natural, 1.0)
+
+
+def test_a_scale_only_document_renders_the_scale_rows_with_the_ratio_per_cpu_second_and_the_live_figures() -> None:
+    one = run(30_000.0, 100_000.0, [0.3], broker_cores=0.2, cpu_budget=0.3)
+    many = run(102_000.0, 85_000.0, [0.3, 0.3, 0.3, 0.3], broker_cores=0.5, cpu_budget=0.3)
+    live = {"rate_samples_per_s": 81_600.0, "p50_s": 0.7, "p99_s": 1.4, "measured": 6, "incidents": 6,
+            "per_worker_samples_per_s": [20_000.0, 21_000.0, 19_500.0, 21_100.0], "cpu_cores": [0.3, 0.29, 0.3, 0.28],
+            "lag_messages": {"max": 900, "median": 120.0, "last": 0, "readings": 70}}
+    text = table(scale_doc(cpu_budget=0.3, one=one, many=many, live=live, live_share_of_real_time=0.584))
+    assert "(scale run only)" in text
+    row = next(line for line in text.splitlines() if "4 worker processes vs 1" in line)
+    # per CPU-second: what each worker's CPU-second did, 4 workers against 1 (1.0: nothing lost to scale-out)
+    assert "| 3.40x (one round) | 0.85x (one round; noise: within 20% of 1) | >= 3.4x |" in row
+    assert "0.3 core each" in row
+    assert "81,600 samples/s (58% of the cluster's real time: 80% of what the 4 sustained)" in text
+    assert "| 0.7 s / 1.4 s (6 of 6 incidents) |" in text
+    assert "| 900 / 120.0 / 0; 20,000, 21,000, 19,500, 21,100 (0.30+0.29+0.30+0.28) |" in text
+
+
+def test_a_scale_run_without_a_cpu_quota_says_why_and_a_full_document_gains_the_rows(tmp_path: Path) -> None:
+    from lockstep.commands.bench import SCALE_BEGIN, SCALE_END, scale_rows, write_docs
+
+    doc = scale_doc(why="no writable cgroup cpu controller under /sys/fs/cgroup")
+    assert "not measured: no writable cgroup cpu controller" in scale_rows(doc)[0]
+    full = quick_doc({})
+    full["scale"] = doc["scale"]
+    assert "not measured: no writable cgroup" in table(full)
+    # a scale-only document goes between its own markers; the main table is left as it was
+    page = tmp_path / "performance.md"
+    page.write_text(f"<!-- bench:begin (written by `lockstep bench`) -->\nmain\n<!-- bench:end -->\n"
+                    f"{SCALE_BEGIN}\nold\n{SCALE_END}\n")
+    assert write_docs(doc, page)
+    text = page.read_text()
+    assert "\nmain\n" in text and "old" not in text and "scale run only" in text
+
+
+def test_the_workers_address_and_samples_are_read_from_its_log_and_metrics() -> None:
+    from benchmarks.lockbench import lag_summary, metric_total, web_address
+
+    log = ("lockstep worker: consuming from 127.0.0.1:9092 as bench-x; API and page at http://127.0.0.1:40111/\n")
+    assert web_address(log) == "http://127.0.0.1:40111"
+    assert web_address("still starting\n") is None
+    text = ('# TYPE lockstep_samples_in_total counter\n'
+            'lockstep_samples_in_total{layer="gpu",topic="t.gpu"} 1200.0\n'
+            'lockstep_samples_in_total{layer="nic",topic="t.nic"} 34.0\n'
+            'lockstep_samples_in_created{layer="gpu",topic="t.gpu"} 1.7e9\n'
+            'lockstep_samples_in_totally 5\n')
+    assert metric_total(text, "lockstep_samples_in_total") == 1234.0
+    assert lag_summary([5, 0, 300, 0]) == {"max": 300, "median": 2.5, "last": 0, "readings": 4}
+
+
+def test_a_live_run_whose_alerts_all_came_too_late_says_so_instead_of_printing_nan() -> None:
+    one = run(30_000.0, 100_000.0, [0.3])
+    many = run(90_000.0, 90_000.0, [0.25] * 4)
+    live: dict[str, Any] = {"rate_samples_per_s": 45_000.0, "p50_s": None, "p99_s": None, "measured": 0, "incidents": 6,
+            "produced": {"samples_per_s": 44_000.0}, "per_worker_samples_per_s": [], "cpu_cores": [],
+            "lag_messages": {"max": None, "median": None, "last": None, "readings": 0}}
+    doc = scale_doc(cpu_budget=0.3, one=one, many=many, live=live, live_share_of_real_time=0.322)
+    doc["scale"]["spec"]["settle_s"] = 60.0
+    text = table(doc)
+    assert "n/a: no alert within 60 s of the last scrape (0 of 6 incidents)" in text
+    assert "the load generator sent 44,000" in text
+    assert "nan" not in text
