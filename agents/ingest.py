@@ -335,8 +335,8 @@ class Ingest:
     async def broadcast_watermarks(self) -> None:
         """Each owned input partition's event-time progress, to every ``anomalies`` partition."""
         rt, state = self.rt, self.state
-        if not state.published_wm and not state.eos and rt.offsets is None:
-            return  # nothing to say (without a broker no partition without data can be told)
+        if not state.published_wm and not state.eos:
+            return  # nothing to say: partitions without data are mentioned with progress, never alone
         # An input partition is idle only when this worker is keeping up (not inside a long batch, a
         # restore or a catch-up) and has fetched nothing for it for watermark_idle_s: then it has no data.
         now = time.monotonic()
@@ -353,8 +353,6 @@ class Ingest:
         idle = idle_inputs(state.published_wm, state.last_message, now, rt.settings.watermark_idle_s, busy, waiting)
         if offsets is not None:  # owned, never any data here: idle at once (else correlation waits for an owner)
             idle += offsets.without_data(set(rt.catalogue.telemetry_topics), state.published_wm)
-        if not state.published_wm and not state.eos and not idle:
-            return
         value = orjson.dumps({"type": "watermark", "origins": state.published_wm, "eos": sorted(state.eos),
                               "idle": idle})
         state.wm_dirty = False
