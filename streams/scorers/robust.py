@@ -71,7 +71,11 @@ UP, DOWN, BOTH = 1, -1, 0
 MEANS, LOWS, HIGHS, PEAK, RECENT = slice(0, 2), slice(2, 5), slice(5, 8), 8, 9
 #: Sparsity columns of :attr:`RobustScorer.novel` (learned from every row, as novelty is).
 TICK_FRACTION, TICK_SIZE, TICKS = 10, 11, 12
-NOVEL_COLUMNS = 13
+#: Weekly columns of :attr:`RobustScorer.novel` (learned from every row): the recent mean of
+#: ``|weekly residual| - season_gain |daily residual|`` (negative: the offsets beat the daily profile by
+#: the gain) and the series' last event time.
+WEEK_EDGE, LAST_TS = 13, 14
+NOVEL_COLUMNS = 15
 
 
 #: A learned level and scale at or below this count as zero (:meth:`RobustScorer.clean`).
@@ -87,6 +91,8 @@ class RobustConfig:
     season_alpha: float = 0.25
     bins: int = 48
     season_gain: float = 0.8
+    #: Day-of-week offsets on the daily profile (weekly seasonality; False: daily only).
+    weekly: bool = True
     huber: float = 4.0
     floor_rel: float = 0.01
     floor_abs: float = 1e-9
@@ -151,8 +157,16 @@ class RobustScores:
     _r_season: np.ndarray
     _has_season: np.ndarray
     _floor: np.ndarray
+    _count: np.ndarray  # samples seen before this row
+    _debias: np.ndarray
     _zdir: np.ndarray
     _novel: np.ndarray  # (rows, NOVEL_COLUMNS): the novelty state after this row (see RobustScorer.novel)
+    # weekly seasonality (None when it is off): the day of the week, whether its offset was used, the
+    # residual of the daily profile plus the offset, and the offset once this row is learnt
+    _dow: np.ndarray | None
+    _use_week: np.ndarray | None
+    _r_week: np.ndarray | None
+    _week: np.ndarray | None
 
 
 class RobustScorer:
@@ -165,7 +179,9 @@ class RobustScorer:
     err_level: np.ndarray
     mad_season: np.ndarray
     err_season: np.ndarray
-    _STATE = (*_F64, "novel", "count", "direction", "profile")
+    _STATE = (*_F64, "novel", "count", "direction", "profile", "week")
+    #: Added after the first snapshots were written: an older snapshot restores them as a new series has them.
+    _LATER = {"week": 0.0}
 
     def __init__(self, config: RobustConfig | None = None) -> None:
         self.config = config or RobustConfig()
@@ -190,6 +206,8 @@ class RobustScorer:
         self.count = np.zeros(0, dtype=np.int32)
         self.direction = np.zeros(0, dtype=np.int8)
         self.profile = np.full((0, max(cfg.bins, 1)), np.nan, dtype=np.float32)
+        #: Day-of-week offsets on the daily profile (day 0 is the UTC day of the epoch).
+        self.week = np.zeros((0, 7), dtype=np.float32)
 
     def __len__(self) -> int:
         return int(self.count.shape[0])
@@ -203,6 +221,7 @@ class RobustScorer:
             self.count = grow(self.count, size, 0)
             self.direction = grow(self.direction, size, 0)
             self.profile = grow(self.profile, size, np.nan)
+            self.week = grow(self.week, size, 0.0)
         self.direction[sid] = direction
 
     def clear(self, ids: np.ndarray) -> None:
@@ -213,10 +232,14 @@ class RobustScorer:
         self.count[ids] = 0
         self.direction[ids] = 0
         self.profile[ids] = np.nan
+        self.week[ids] = 0.0
 
-    def _bin(self, ts: np.ndarray) -> np.ndarray:
-        bins = self.config.bins
-        return (np.mod(ts, 86400.0) * (bins / 86400.0)).astype(np.int64) % max(bins, 1)  # type: ignore[no-any-return]
+    def _bin(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Time-of-day slot and day of the week (0 is the UTC day of the epoch) of each time."""
+        bins = max(self.config.bins, 1)
+        # A division, not a multiplication by the reciprocal: a time on a slot's edge lands in that slot.
+        slot = np.floor(ts / (86400.0 / bins)).astype(np.int64)
+        return slot % bins, (slot // bins) % 7
 
     def evaluate(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> RobustScores:
         """Score rows ``x`` of series ``ids`` (unique) at times ``ts``, without learning."""
@@ -225,20 +248,30 @@ class RobustScorer:
         lvl = self.level[ids]
         first = count == 0
         lvl = np.where(first, x, lvl)
-        b = self._bin(ts)
+        b, dow = self._bin(ts)
         prof = self.profile[ids, b].astype(np.float64) if cfg.bins > 0 else np.full(ids.shape[0], np.nan)
         has_season = ~np.isnan(prof)
         r_level = x - lvl
         r_season = np.where(has_season, x - prof, r_level)
+        st = self.novel[ids]
+        use_week = r_week = off = None
+        r_chosen = r_season
+        if cfg.weekly and cfg.bins > 0:
+            # Weekly seasonality: the daily profile plus this day of the week's offset, used only while
+            # its recent error beats the daily profile's by ``season_gain`` (module docstring).
+            off = self.week[ids, dow]  # float32: float64 once combined with the residuals
+            r_week = r_season - off * has_season
+            use_week = has_season & (st[:, WEEK_EDGE] < 0.0)
+            r_chosen = np.where(use_week, r_week, r_season)
+            prof = np.where(use_week, prof + off, prof)
         use_season = has_season & (self.err_season[ids] < cfg.season_gain * self.err_level[ids])
         floor = cfg.floor_rel * np.abs(lvl) + cfg.floor_abs
-        r = np.where(use_season, r_season, r_level)
+        r = np.where(use_season, r_chosen, r_level)
         # The scales start at 0 and follow at ``scale_alpha``: without a bias correction (as in Adam's
         # moment estimates) they are a fraction of the truth for the first ~1/alpha samples, and every
         # sample just after warm-up looks several scales away.
         debias = self._debias[np.minimum(count, self._debias.shape[0] - 1)]
         mad = np.maximum(np.where(use_season, self.mad_season[ids], self.mad_level[ids]) / debias, floor)
-        st = self.novel[ids]
         if cfg.sparse_fraction > 0:
             # A sparse series' scale is at least its usual tick (module docstring).
             sparse = (st[:, TICKS] >= cfg.sparse_min_ticks) & (st[:, TICK_FRACTION] < cfg.sparse_fraction)
@@ -252,11 +285,27 @@ class RobustScorer:
         warm = count >= cfg.min_samples
         zdir = np.where(warm, zdir, 0.0)
         novelty, novel = self._novelty(st, x, count, mad, direction, zdir)
+        week = None
+        if off is None or r_week is None:
+            novel[:, WEEK_EDGE:] = st[:, WEEK_EDGE:]
+        else:
+            # Learned from every row, anomalous or not: whether a series has a weekly cycle is a property
+            # of the series (a weekday series' weekend would otherwise be an episode never learnt from).
+            # The offset's rate is per unit of event time, ``dt / 1 day`` (NaN before a first sample: 0),
+            # so a day seen moves it ~63 % of the way to that day's mean residual, whatever the sample rate.
+            rate = np.fmin(np.fmax(ts - st[:, LAST_TS], 0.0), 86400.0) * has_season * (1.0 / 86400.0)
+            week = off + rate * (r_season - off)
+            # The two errors, as means over about a week of event time (a weekday series' gain is on its
+            # weekend), and weighted by the gain: their difference is one such mean.
+            edge = st[:, WEEK_EDGE]
+            novel[:, WEEK_EDGE] = edge + rate * (1.0 / 7.0) * (np.abs(r_week) - cfg.season_gain * np.abs(r_season) - edge)
+            novel[:, LAST_TS] = ts
         return RobustScores(
             score=calibrate(zdir, cfg.z_threshold), novelty=novelty, z=zdir,
             expected=expected,
             scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
-            _has_season=has_season, _floor=floor, _zdir=zdir, _novel=novel,
+            _has_season=has_season, _floor=floor, _count=count, _debias=debias, _zdir=zdir, _novel=novel,
+            _dow=dow, _use_week=use_week, _r_week=r_week, _week=week,
         )
 
     def _novelty(self, st: np.ndarray, x: np.ndarray, count: np.ndarray, mad: np.ndarray,
@@ -315,7 +364,9 @@ class RobustScorer:
         cfg = self.config
         # What was seen is not new: the novelty state follows every row, anomalous or not.
         self.novel[ids] = ev._novel
-        self.count[ids] = np.minimum(self.count[ids].astype(np.int64) + 1, 2**31 - 1)
+        self.count[ids] = np.minimum(ev._count, 2**31 - 2) + 1
+        if ev._dow is not None and ev._week is not None:
+            self.week[ids, ev._dow] = ev._week
         if mask is not None:
             if not mask.any():
                 return
@@ -325,8 +376,8 @@ class RobustScorer:
         floor = ev._floor[sel]
         r_l = ev._r_level[sel]
         mad_l = self.mad_level[ids]
-        first = self.count[ids] <= 1
-        debias = self._debias[np.minimum(self.count[ids] - 1, self._debias.shape[0] - 1)]
+        first = ev._count[sel] == 0
+        debias = ev._debias[sel]
         lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l / debias, floor)
         lvl = np.where(first, x, self.level[ids])
         self.level[ids] = lvl + cfg.level_alpha * np.clip(r_l, -lim_l, lim_l)
@@ -338,15 +389,18 @@ class RobustScorer:
         b = ev._bins[sel]
         has = ev._has_season[sel]
         r_s = ev._r_season[sel]
+        # The profile learns the value; its scale and error, the residual of the seasonal prediction made
+        # (with the day's offset where the weekly offsets are in use).
+        r_p = r_s if ev._use_week is None or ev._r_week is None else np.where(ev._use_week[sel], ev._r_week[sel], r_s)
         mad_s = self.mad_season[ids]
         lim_s = cfg.huber * MAD_TO_SD * np.maximum(mad_s / debias, floor)
         prof = self.profile[ids, b].astype(np.float64)
         self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * np.clip(r_s, -lim_s, lim_s), x)
-        self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(np.abs(r_s), lim_s) - mad_s),
+        self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(np.abs(r_p), lim_s) - mad_s),
                                         mad_s)
         err_s = self.err_season[ids]
         # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
-        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, np.abs(r_s), 2.0 * np.abs(r_l)) - err_s)
+        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, np.abs(r_p), 2.0 * np.abs(r_l)) - err_s)
 
     def clean(self, ids: np.ndarray) -> np.ndarray:
         """Series whose learned level and scale are both zero (a fault counter with no error so far)."""
@@ -377,10 +431,15 @@ class RobustScorer:
         if n:
             self.register(n - 1)
         for k in self._STATE:
+            if f"robust.{k}" not in data and k in self._LATER:  # a snapshot from before it was learned
+                getattr(self, k)[:n] = self._LATER[k]
+                continue
             v = data[f"robust.{k}"]
-            if k == "novel" and v.shape[1] < NOVEL_COLUMNS:  # a snapshot from before sparsity was learned
+            if k == "novel" and v.shape[1] < NOVEL_COLUMNS:  # from before sparsity or the weekly offsets
                 self.novel[:n] = 0.0
                 self.novel[:n, : v.shape[1]] = v
+                if v.shape[1] <= LAST_TS:
+                    self.novel[:n, LAST_TS] = np.nan  # no time passed since a sample it does not know
                 continue
             getattr(self, k)[:n] = v
 
