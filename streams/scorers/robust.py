@@ -5,7 +5,14 @@ Each series keeps two predictors and picks, sample by sample, the one that has l
 - **level**: an exponentially weighted level (rate ``level_alpha``), for series without a daily shape;
 - **daily profile**: ``bins`` time-of-day slots (event time, UTC), each an exponentially weighted
   value (rate ``season_alpha``), for series with one (the profile is used once its recent absolute
-  error is below ``season_gain`` times the level's).
+  error is below ``season_gain`` times the level's);
+- **weekly offsets**: 7 day-of-week offsets (UTC days) on the daily profile, used while the profile plus
+  the day's offset has lately been better than the profile alone by the same ``season_gain``. No period
+  is assumed: a seasonal predictor is used only while it predicts better (for a stationary series the
+  error at lag ``P`` shrinks as the autocorrelation at ``P`` grows). The offsets and the error that decides
+  their use learn from *every* row (a weekday series' weekend is otherwise an episode the baselines never
+  learn from) at a rate per unit of event time: ``dt / 1 day`` for an offset (a day seen moves it ~63 %
+  of the way to that day's mean residual of the profile), a week's memory for the error.
 
 The residual of the chosen predictor is divided by its scale (an exponentially weighted mean absolute
 residual, rate ``scale_alpha``, floored at ``floor_rel`` of the level) to give a z-score. Every update
@@ -39,9 +46,10 @@ tick size, so a tick of the usual size (a rate of 0.3/s is not zero) is about 1 
 ``z_threshold`` times the usual tick (a pause storm) scores 0.5 or more. Before its ticks are known, a
 series is judged as any other (the first ticks of a series that was always zero still stand out).
 
-State per series: 5 float64 (level, scale and error of both predictors), 13 float64 of novelty and
-sparsity (means, lows, highs, largest surprise, recent novelty; non-zero fraction, tick size, ticks
-seen), 1 int32, 1 int8 and ``bins`` float32 (48 bins: 341 bytes).
+State per series: 5 float64 (level, scale and error of both predictors), 15 float64 of novelty, sparsity
+and the weekly decision (means, lows, highs, largest surprise, recent novelty; non-zero fraction, tick
+size, ticks seen; weekly edge, last event time), 1 int32, 1 int8, ``bins`` float32 and 7 float32 of
+weekly offsets (48 bins: 385 bytes).
 
 >>> s = RobustScorer(RobustConfig(min_samples=10, bins=0))
 >>> s.register(0)
@@ -139,6 +147,11 @@ def calibrate(z: np.ndarray, z_threshold: float) -> np.ndarray:
     """
     zp = np.minimum(np.fmax(z, 0.0), 1e300)  # NaN and negatives to 0, +inf to a finite cap
     return zp / (zp + z_threshold)  # type: ignore[no-any-return]
+
+
+def _clip(r: np.ndarray, lim: np.ndarray) -> np.ndarray:
+    """``r`` clipped to ``[-lim, lim]`` (``np.clip``'s wrapper costs more than the two ufuncs on small arrays)."""
+    return np.minimum(np.maximum(r, -lim), lim)  # type: ignore[no-any-return]
 
 
 @dataclass(slots=True)
@@ -298,7 +311,8 @@ class RobustScorer:
             # The two errors, as means over about a week of event time (a weekday series' gain is on its
             # weekend), and weighted by the gain: their difference is one such mean.
             edge = st[:, WEEK_EDGE]
-            novel[:, WEEK_EDGE] = edge + rate * (1.0 / 7.0) * (np.abs(r_week) - cfg.season_gain * np.abs(r_season) - edge)
+            gain = np.abs(r_week) - cfg.season_gain * np.abs(r_season)
+            novel[:, WEEK_EDGE] = edge + rate * (1.0 / 7.0) * (gain - edge)
             novel[:, LAST_TS] = ts
         return RobustScores(
             score=calibrate(zdir, cfg.z_threshold), novelty=novelty, z=zdir,
@@ -380,7 +394,7 @@ class RobustScorer:
         debias = ev._debias[sel]
         lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l / debias, floor)
         lvl = np.where(first, x, self.level[ids])
-        self.level[ids] = lvl + cfg.level_alpha * np.clip(r_l, -lim_l, lim_l)
+        self.level[ids] = lvl + cfg.level_alpha * _clip(r_l, lim_l)
         self.mad_level[ids] = np.where(first, 0.0, mad_l + cfg.scale_alpha * (np.minimum(np.abs(r_l), lim_l) - mad_l))
         err_l = self.err_level[ids]
         self.err_level[ids] = np.where(first, 0.0, err_l + cfg.scale_alpha * (np.abs(r_l) - err_l))
@@ -395,7 +409,7 @@ class RobustScorer:
         mad_s = self.mad_season[ids]
         lim_s = cfg.huber * MAD_TO_SD * np.maximum(mad_s / debias, floor)
         prof = self.profile[ids, b].astype(np.float64)
-        self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * np.clip(r_s, -lim_s, lim_s), x)
+        self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * _clip(r_s, lim_s), x)
         self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(np.abs(r_p), lim_s) - mad_s),
                                         mad_s)
         err_s = self.err_season[ids]
