@@ -174,11 +174,9 @@ class RobustScores:
     _debias: np.ndarray
     _zdir: np.ndarray
     _novel: np.ndarray  # (rows, NOVEL_COLUMNS): the novelty state after this row (see RobustScorer.novel)
-    # weekly seasonality (None when it is off): the day of the week, whether its offset was used, the
-    # residual of the daily profile plus the offset, and the offset once this row is learnt
+    _r_pred: np.ndarray  # the residual of the seasonal prediction made (what its scale and error learn)
+    # weekly seasonality: the day of the week, and (None when it is off) its offset once this row is learnt
     _dow: np.ndarray | None
-    _use_week: np.ndarray | None
-    _r_week: np.ndarray | None
     _week: np.ndarray | None
 
 
@@ -273,7 +271,8 @@ class RobustScorer:
             # Weekly seasonality: the daily profile plus this day of the week's offset, used only while
             # its recent error beats the daily profile's by ``season_gain`` (module docstring).
             off = self.week[ids, dow]  # float32: float64 once combined with the residuals
-            r_week = r_season - off * has_season
+            # (where the slot is new this residual is off the mark, but nothing learns from it: its rate is 0)
+            r_week = r_season - off
             use_week = has_season & (st[:, WEEK_EDGE] < 0.0)
             r_chosen = np.where(use_week, r_week, r_season)
             prof = np.where(use_week, prof + off, prof)
@@ -320,7 +319,7 @@ class RobustScorer:
             expected=expected,
             scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
             _has_season=has_season, _floor=floor, _count=count, _debias=debias, _zdir=zdir, _novel=novel,
-            _dow=dow, _use_week=use_week, _r_week=r_week, _week=week,
+            _dow=dow, _r_pred=r_chosen, _week=week,
         )
 
     def _novelty(self, st: np.ndarray, x: np.ndarray, count: np.ndarray, mad: np.ndarray,
@@ -409,7 +408,7 @@ class RobustScorer:
         r_s = ev._r_season[sel]
         # The profile learns the value; its scale and error, the residual of the seasonal prediction made
         # (with the day's offset where the weekly offsets are in use).
-        r_p = r_s if ev._use_week is None or ev._r_week is None else np.where(ev._use_week[sel], ev._r_week[sel], r_s)
+        r_p = ev._r_pred[sel]
         mad_s = self.mad_season[ids]
         lim_s = cfg.huber * MAD_TO_SD * np.maximum(mad_s / debias, floor)
         prof = self.profile[ids, b].astype(np.float64)
