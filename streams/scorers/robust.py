@@ -329,11 +329,17 @@ class RobustScorer:
         cfg = self.config
         xc = x[:, None]
         prev = st[:, MEANS]
-        means = np.where(count[:, None] == 0, xc, prev + self._rates * (xc - prev))
+        means = prev + self._rates * (xc - prev)
+        fresh = count == 0
+        if fresh.any():  # (rare: the masks cost more than the arithmetic on a large round)
+            means[fresh] = xc[fresh]
         feats = np.concatenate((xc, means), axis=1)
         started = count[:, None] > self._starts
-        lows = np.where(started, st[:, LOWS], feats)
-        highs = np.where(started, st[:, HIGHS], feats)
+        if started.all():
+            lows, highs = st[:, LOWS], st[:, HIGHS]
+        else:
+            lows = np.where(started, st[:, LOWS], feats)
+            highs = np.where(started, st[:, HIGHS], feats)
         width = np.maximum(highs - lows, cfg.floor_abs)
         up, down = (feats - highs) / width, (lows - feats) / width
         # The largest exceedance over the three features, per direction (column maxima: a reduction along
