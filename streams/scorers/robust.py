@@ -6,13 +6,14 @@ Each series keeps two predictors and picks, sample by sample, the one that has l
 - **daily profile**: ``bins`` time-of-day slots (event time, UTC), each an exponentially weighted
   value (rate ``season_alpha``), for series with one (the profile is used once its recent absolute
   error is below ``season_gain`` times the level's);
-- **weekly offsets**: 7 day-of-week offsets (UTC days) on the daily profile, used while the profile plus
-  the day's offset has lately been better than the profile alone by the same ``season_gain``. No period
+- **weekly offsets**: 7 day-of-week offsets (UTC days) on the daily profile, *relative* to it (a weekend
+  at half the weekday is -0.5: half of each slot's usual value, not one amount all day), used while the
+  profile plus the day's offset has lately been better than the profile alone by ``season_gain``. No period
   is assumed: a seasonal predictor is used only while it predicts better (for a stationary series the
   error at lag ``P`` shrinks as the autocorrelation at ``P`` grows). The offsets and the error that decides
   their use learn from *every* row (a weekday series' weekend is otherwise an episode the baselines never
   learn from) at a rate per unit of event time: ``dt / 1 day`` for an offset (a day seen moves it ~63 %
-  of the way to that day's mean residual of the profile), a week's memory for the error.
+  of the way to that day's mean relative residual of the profile), a week's memory for the error.
 
 The residual of the chosen predictor is divided by its scale (an exponentially weighted mean absolute
 residual, rate ``scale_alpha``, floored at ``floor_rel`` of the level) to give a z-score. Every update
@@ -265,17 +266,21 @@ class RobustScorer:
         r_level = x - lvl
         r_season = np.where(has_season, x - prof, r_level)
         st = self.novel[ids]
-        use_week = r_week = off = None
+        use_week = r_week = off = pscale = None
         r_chosen = r_season
         if cfg.weekly and cfg.bins > 0:
             # Weekly seasonality: the daily profile plus this day of the week's offset, used only while
             # its recent error beats the daily profile's by ``season_gain`` (module docstring).
             off = self.week[ids, dow]  # float32: float64 once combined with the residuals
             # (where the slot is new this residual is off the mark, but nothing learns from it: its rate is 0)
-            r_week = r_season - off
+            # Relative offsets (a weekend at half the weekday is half of each slot's usual value), on a
+            # scale no finer than the level's floor (fmax also turns an unvisited slot's NaN into it).
+            pscale = np.fmax(np.abs(prof), cfg.floor_rel * np.abs(lvl) + cfg.floor_abs)
+            shift = off * pscale
+            r_week = r_season - shift
             use_week = has_season & (st[:, WEEK_EDGE] < 0.0)
             r_chosen = np.where(use_week, r_week, r_season)
-            prof = np.where(use_week, prof + off, prof)
+            prof = np.where(use_week, prof + shift, prof)
         use_season = has_season & (self.err_season[ids] < cfg.season_gain * self.err_level[ids])
         floor = cfg.floor_rel * np.abs(lvl) + cfg.floor_abs
         r = np.where(use_season, r_chosen, r_level)
@@ -298,16 +303,17 @@ class RobustScorer:
         zdir = np.where(warm, zdir, 0.0)
         novelty, novel = self._novelty(st, x, count, mad, direction, zdir)
         week = None
-        if off is None or r_week is None:
+        if off is None or r_week is None or pscale is None:
             novel[:, WEEK_EDGE:] = st[:, WEEK_EDGE:]
         else:
             # Learned from every row, anomalous or not: whether a series has a weekly cycle is a property
             # of the series (a weekday series' weekend would otherwise be an episode never learnt from).
             # The offset's rate is per unit of event time, ``dt / 1 day`` (NaN before a first sample: 0),
-            # so a day seen moves it ~63 % of the way to that day's mean residual, whatever the sample rate.
+            # so a day seen moves it ~63 % of the way to that day's mean relative residual, whatever the
+            # sample rate.
             # (fmin with ``has_season``: at most one day, and 0 where the slot is new)
             rate = np.fmin(np.fmax(ts - st[:, LAST_TS], 0.0) * (1.0 / 86400.0), has_season)
-            week = off + rate * (r_season - off)
+            week = off + rate * (r_season / pscale - off)
             # The two errors, as means over about a week of event time (a weekday series' gain is on its
             # weekend), and weighted by the gain: their difference is one such mean.
             edge = st[:, WEEK_EDGE]
