@@ -85,6 +85,8 @@ TICK_FRACTION, TICK_SIZE, TICKS = 10, 11, 12
 #: the gain) and the series' last event time.
 WEEK_EDGE, LAST_TS = 13, 14
 NOVEL_COLUMNS = 15
+#: A day-of-week offset learns relative residuals of at most this many times the profile.
+WEEK_CLIP = 4.0
 
 
 #: A learned level and scale at or below this count as zero (:meth:`RobustScorer.clean`).
@@ -266,23 +268,22 @@ class RobustScorer:
         r_level = x - lvl
         r_season = np.where(has_season, x - prof, r_level)
         st = self.novel[ids]
-        use_week = r_week = off = pscale = None
+        floor = cfg.floor_rel * np.abs(lvl) + cfg.floor_abs
+        r_week = off = pscale = None
         r_chosen = r_season
         if cfg.weekly and cfg.bins > 0:
             # Weekly seasonality: the daily profile plus this day of the week's offset, used only while
-            # its recent error beats the daily profile's by ``season_gain`` (module docstring).
+            # its recent error beats the daily profile's by ``season_gain`` (module docstring). The
+            # offsets are relative to the profile, on a scale no finer than the level's floor (fmax also
+            # turns an unvisited slot's NaN into the floor: nothing learns from such a row, its rate is 0).
             off = self.week[ids, dow]  # float32: float64 once combined with the residuals
-            # (where the slot is new this residual is off the mark, but nothing learns from it: its rate is 0)
-            # Relative offsets (a weekend at half the weekday is half of each slot's usual value), on a
-            # scale no finer than the level's floor (fmax also turns an unvisited slot's NaN into it).
-            pscale = np.fmax(np.abs(prof), cfg.floor_rel * np.abs(lvl) + cfg.floor_abs)
+            pscale = np.fmax(np.abs(prof), floor)
             shift = off * pscale
             r_week = r_season - shift
             use_week = has_season & (st[:, WEEK_EDGE] < 0.0)
             r_chosen = np.where(use_week, r_week, r_season)
             prof = np.where(use_week, prof + shift, prof)
         use_season = has_season & (self.err_season[ids] < cfg.season_gain * self.err_level[ids])
-        floor = cfg.floor_rel * np.abs(lvl) + cfg.floor_abs
         r = np.where(use_season, r_chosen, r_level)
         # The scales start at 0 and follow at ``scale_alpha``: without a bias correction (as in Adam's
         # moment estimates) they are a fraction of the truth for the first ~1/alpha samples, and every
@@ -313,7 +314,10 @@ class RobustScorer:
             # sample rate.
             # (fmin with ``has_season``: at most one day, and 0 where the slot is new)
             rate = np.fmin(np.fmax(ts - st[:, LAST_TS], 0.0) * (1.0 / 86400.0), has_season)
-            week = off + rate * (r_season / pscale - off)
+            # (a day is at most WEEK_CLIP times its profile away: a spike is not a weekday; fmin/fmax
+            # also keep absurd input out of the offsets)
+            rel = np.fmin(np.fmax(r_season / pscale, -WEEK_CLIP), WEEK_CLIP)
+            week = off + rate * (rel - off)
             # The two errors, as means over about a week of event time (a weekday series' gain is on its
             # weekend), and weighted by the gain: their difference is one such mean.
             edge = st[:, WEEK_EDGE]
