@@ -99,3 +99,13 @@ def test_a_snapshot_from_before_the_weekly_offsets_restores_and_goes_on() -> Non
     c.restore(snap)  # and today's snapshot restores to the same scores
     for k in range(1500, 1800):
         assert c.update(np.array([0]), t[k:k + 1], x[k:k + 1]) == a.update(np.array([0]), t[k:k + 1], x[k:k + 1])
+
+
+def test_absurd_values_do_not_poison_the_offsets() -> None:
+    t, x = demand(8, weeks=3)
+    x[700], x[701] = 1e300, -1e300  # a Monday afternoon of week 2: the offsets are learning
+    s = RobustScorer(RobustConfig(min_samples=10))
+    s.register(0)
+    out = [s.update(np.array([0]), t[k:k + 1], x[k:k + 1])[0] for k in range(t.size)]
+    assert np.isfinite(s.week[0]).all() and (np.abs(s.week[0]) <= 4.0).all()
+    assert np.isfinite(out).all() and np.isfinite(s.novel[0, WEEK_EDGE])
