@@ -263,9 +263,8 @@ class RobustScorer:
         first = count == 0
         lvl = np.where(first, x, lvl)
         b, dow = self._bin(ts)
-        # float32 slots: float64 once combined with the values (no cast needed)
-        prof = self.profile[ids, b] if cfg.bins > 0 else np.full(ids.shape[0], np.nan)
-        has_season = prof == prof  # not NaN: the slot was visited
+        prof = self.profile[ids, b].astype(np.float64) if cfg.bins > 0 else np.full(ids.shape[0], np.nan)
+        has_season = ~np.isnan(prof)
         r_level = x - lvl
         r_season = np.where(has_season, x - prof, r_level)
         st = self.novel[ids]
@@ -428,7 +427,7 @@ class RobustScorer:
         r_p = ev._r_pred[sel]
         mad_s = self.mad_season[ids]
         lim_s = cfg.huber * MAD_TO_SD * np.maximum(mad_s / debias, floor)
-        prof = self.profile[ids, b]
+        prof = self.profile[ids, b].astype(np.float64)
         self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * _clip(r_s, lim_s), x)
         self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(np.abs(r_p), lim_s) - mad_s),
                                         mad_s)
