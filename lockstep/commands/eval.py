@@ -10,6 +10,8 @@
   best on the *other* categories (standard profile, at the production threshold) scores the held-out
   one. Prints per category and overall the held-out score next to the in-sample score (the
   configuration chosen on every category, the way a developer tunes on what they see).
+- ``--scorer NAME`` runs another per-series scorer of :data:`streams.detect.SCORERS` (``hst``) and
+  ``--output score`` scores the per-row ``score`` instead of ``novelty`` (HalfSpaceTrees has no novelty).
 - ``lockstep eval nab DATA_DIR LABELS.json --scores RESULTS_DIR``: score precomputed outputs in NAB's
   results layout (``RESULTS_DIR/<category>/<detector>_<file>.csv`` with an ``anomaly_score`` column)
   instead of running the detector.
@@ -49,6 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="the fixed threshold to report besides the swept one (default: Lockstep's production one)")
     n.add_argument("--cv", action="store_true",
                    help="leave-one-category-out cross-validation: held-out score per category next to in-sample")
+    n.add_argument("--scorer", default=None, metavar="NAME",
+                   help="the per-series scorer to run (streams.detect.SCORERS; default: the production one)")
+    n.add_argument("--output", choices=("novelty", "score"), default="novelty",
+                   help="which per-row output NAB scores (default novelty; HalfSpaceTrees has only score)")
     n.add_argument("--json", action="store_true", help="one JSON object: totals and per-file results")
     n.set_defaults(handler=run_nab)
     s = ev.add_parser("stragglers", help="per-worker straggler flags on a job's mini-batch times")
@@ -96,11 +102,13 @@ def read_nab_csv(path: Path, column: str = "value") -> tuple[list[int], np.ndarr
     return ts, np.asarray(vals, dtype=np.float64)
 
 
-def run_detector(series: list[tuple[list[int], np.ndarray]], overrides: dict[str, Any] | None = None
-                 ) -> tuple[list[np.ndarray], float]:
-    """Lockstep's detector over every series at once; returns the novelty scores and points/second.
+def run_detector(series: list[tuple[list[int], np.ndarray]], overrides: dict[str, Any] | None = None,
+                 output: str = "novelty") -> tuple[list[np.ndarray], float]:
+    """Lockstep's detector over every series at once; returns the scores (``output``: the ``novelty``
+    or the ``score`` of :attr:`streams.detect.DetectorBank.last_scores`) and points/second.
 
-    ``overrides`` replace fields of :func:`nab_detector_config` (the tuning grid of ``--cv``).
+    ``overrides`` replace fields of :func:`nab_detector_config` (the tuning grid of ``--cv``; ``scorer``
+    picks the per-series scorer).
     """
     from streams.catalogue import Direction, Mode
     from streams.detect import DetectorBank
@@ -119,7 +127,7 @@ def run_detector(series: list[tuple[list[int], np.ndarray]], overrides: dict[str
         ts = np.fromiter((ts_all[i][k] for i in ids), dtype=np.float64, count=ids.size)
         x = np.fromiter((series[i][1][k] for i in ids), dtype=np.float64, count=ids.size)
         bank.update(ids, ts, x)
-        nov = bank.last_scores.novelty
+        nov = getattr(bank.last_scores, output)
         for j, i in enumerate(ids):
             out[i][k] = nov[j]
         points += ids.size
@@ -151,12 +159,19 @@ def run_nab(args: argparse.Namespace) -> int:
         return 2
     series = [read_nab_csv(args.data_dir / r) for r in rels]
     threshold = args.threshold if args.threshold is not None else nab_detector_config().score_threshold
+    from streams.detect import SCORERS
+
+    if args.scorer is not None and args.scorer not in SCORERS:
+        print(f"lockstep eval nab: unknown scorer {args.scorer!r}: one of {', '.join(sorted(SCORERS))}",
+              file=sys.stderr)
+        return 2
+    chosen = {} if args.scorer is None else {"scorer": args.scorer}
     if args.cv:
         if args.scores is not None:
             print("lockstep eval nab: --cv runs the detector; it cannot score precomputed results", file=sys.stderr)
             return 2
         windows = [[(_parse_ts(a), _parse_ts(b)) for a, b in labels[r]] for r in rels]
-        cv = cross_validate(rels, series, windows, threshold)
+        cv = cross_validate(rels, series, windows, threshold, chosen, args.output)
         if args.json:
             print(json.dumps(cv, indent=2))
         else:
@@ -173,8 +188,9 @@ def run_nab(args: argparse.Namespace) -> int:
             scores.append(s)
         source = str(args.scores)
     else:
-        scores, rate = run_detector(series)
-        source = "lockstep"
+        scores, rate = run_detector(series, chosen, args.output)
+        plain = not chosen and args.output == "novelty"
+        source = "lockstep" if plain else f"lockstep ({args.scorer or 'robust'}, {args.output})"
     files = [FileInput(r, ts, [(_parse_ts(a), _parse_ts(b)) for a, b in labels[r]], s)
              for r, (ts, _), s in zip(rels, series, scores, strict=True)]
     results = score_corpus(files, fixed_threshold=threshold)
@@ -208,8 +224,10 @@ def _standard_at(files: list[Any], threshold: float) -> dict[str, Any]:
 
 
 def cross_validate(rels: list[str], series: list[tuple[list[int], np.ndarray]],
-                   windows: list[list[tuple[int, int]]], threshold: float) -> dict[str, Any]:
-    """Leave-one-category-out cross-validation of :data:`NAB_TUNING_GRID` (module docstring).
+                   windows: list[list[tuple[int, int]]], threshold: float, base: dict[str, Any] | None = None,
+                   output: str = "novelty") -> dict[str, Any]:
+    """Leave-one-category-out cross-validation of :data:`NAB_TUNING_GRID` (module docstring), each grid
+    point on top of ``base`` (e.g. ``{"scorer": "hst"}``), scoring ``output``.
 
     A category's held-out score comes from the grid point chosen without it; the overall held-out
     score pools every file's held-out scores and scores the corpus once. The in-sample score is the
@@ -218,7 +236,7 @@ def cross_validate(rels: list[str], series: list[tuple[list[int], np.ndarray]],
     """
     from streams.nab import FileInput
 
-    runs = [run_detector(series, o)[0] for o in NAB_TUNING_GRID]
+    runs = [run_detector(series, {**(base or {}), **o}, output)[0] for o in NAB_TUNING_GRID]
     category = [r.split("/", 1)[0] for r in rels]
     cats = sorted(set(category))
 

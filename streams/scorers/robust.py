@@ -5,7 +5,15 @@ Each series keeps two predictors and picks, sample by sample, the one that has l
 - **level**: an exponentially weighted level (rate ``level_alpha``), for series without a daily shape;
 - **daily profile**: ``bins`` time-of-day slots (event time, UTC), each an exponentially weighted
   value (rate ``season_alpha``), for series with one (the profile is used once its recent absolute
-  error is below ``season_gain`` times the level's).
+  error is below ``season_gain`` times the level's);
+- **weekly offsets**: 7 day-of-week offsets (UTC days) on the daily profile, *relative* to it (a weekend
+  at half the weekday is -0.5: half of each slot's usual value, not one amount all day), used while the
+  profile plus the day's offset has lately been better than the profile alone by ``season_gain``. No period
+  is assumed: a seasonal predictor is used only while it predicts better (for a stationary series the
+  error at lag ``P`` shrinks as the autocorrelation at ``P`` grows). The offsets and the error that decides
+  their use learn from *every* row (a weekday series' weekend is otherwise an episode the baselines never
+  learn from) at a rate per unit of event time: ``dt / 1 day`` for an offset (a day seen moves it ~63 %
+  of the way to that day's mean relative residual of the profile), a week's memory for the error.
 
 The residual of the chosen predictor is divided by its scale (an exponentially weighted mean absolute
 residual, rate ``scale_alpha``, floored at ``floor_rel`` of the level) to give a z-score. Every update
@@ -39,9 +47,10 @@ tick size, so a tick of the usual size (a rate of 0.3/s is not zero) is about 1 
 ``z_threshold`` times the usual tick (a pause storm) scores 0.5 or more. Before its ticks are known, a
 series is judged as any other (the first ticks of a series that was always zero still stand out).
 
-State per series: 5 float64 (level, scale and error of both predictors), 13 float64 of novelty and
-sparsity (means, lows, highs, largest surprise, recent novelty; non-zero fraction, tick size, ticks
-seen), 1 int32, 1 int8 and ``bins`` float32 (48 bins: 341 bytes).
+State per series: 5 float64 (level, scale and error of both predictors), 15 float64 of novelty, sparsity
+and the weekly decision (means, lows, highs, largest surprise, recent novelty; non-zero fraction, tick
+size, ticks seen; weekly edge, last event time), 1 int32, 1 int8, ``bins`` float32 and 7 float32 of
+weekly offsets (48 bins: 385 bytes).
 
 >>> s = RobustScorer(RobustConfig(min_samples=10, bins=0))
 >>> s.register(0)
@@ -71,7 +80,13 @@ UP, DOWN, BOTH = 1, -1, 0
 MEANS, LOWS, HIGHS, PEAK, RECENT = slice(0, 2), slice(2, 5), slice(5, 8), 8, 9
 #: Sparsity columns of :attr:`RobustScorer.novel` (learned from every row, as novelty is).
 TICK_FRACTION, TICK_SIZE, TICKS = 10, 11, 12
-NOVEL_COLUMNS = 13
+#: Weekly columns of :attr:`RobustScorer.novel` (learned from every row): the recent mean of
+#: ``|weekly residual| - season_gain |daily residual|`` (negative: the offsets beat the daily profile by
+#: the gain) and the series' last event time.
+WEEK_EDGE, LAST_TS = 13, 14
+NOVEL_COLUMNS = 15
+#: A day-of-week offset learns relative residuals of at most this many times the profile.
+WEEK_CLIP = 4.0
 
 
 #: A learned level and scale at or below this count as zero (:meth:`RobustScorer.clean`).
@@ -87,6 +102,8 @@ class RobustConfig:
     season_alpha: float = 0.25
     bins: int = 48
     season_gain: float = 0.8
+    #: Day-of-week offsets on the daily profile (weekly seasonality; False: daily only).
+    weekly: bool = True
     huber: float = 4.0
     floor_rel: float = 0.01
     floor_abs: float = 1e-9
@@ -135,6 +152,11 @@ def calibrate(z: np.ndarray, z_threshold: float) -> np.ndarray:
     return zp / (zp + z_threshold)  # type: ignore[no-any-return]
 
 
+def _clip(r: np.ndarray, lim: np.ndarray) -> np.ndarray:
+    """``r`` clipped to ``[-lim, lim]`` (``np.clip``'s wrapper costs more than the two ufuncs on small arrays)."""
+    return np.minimum(np.maximum(r, -lim), lim)  # type: ignore[no-any-return]
+
+
 @dataclass(slots=True)
 class RobustScores:
     """Per-row outputs of one :meth:`RobustScorer.evaluate`."""
@@ -151,8 +173,14 @@ class RobustScores:
     _r_season: np.ndarray
     _has_season: np.ndarray
     _floor: np.ndarray
+    _count: np.ndarray  # samples seen before this row
+    _debias: np.ndarray
     _zdir: np.ndarray
     _novel: np.ndarray  # (rows, NOVEL_COLUMNS): the novelty state after this row (see RobustScorer.novel)
+    _r_pred: np.ndarray  # the residual of the seasonal prediction made (what its scale and error learn)
+    # weekly seasonality: the day of the week, and (None when it is off) its offset once this row is learnt
+    _dow: np.ndarray | None
+    _week: np.ndarray | None
 
 
 class RobustScorer:
@@ -165,7 +193,9 @@ class RobustScorer:
     err_level: np.ndarray
     mad_season: np.ndarray
     err_season: np.ndarray
-    _STATE = (*_F64, "novel", "count", "direction", "profile")
+    _STATE = (*_F64, "novel", "count", "direction", "profile", "week")
+    #: Added after the first snapshots were written: an older snapshot restores them as a new series has them.
+    _LATER = {"week": 0.0}
 
     def __init__(self, config: RobustConfig | None = None) -> None:
         self.config = config or RobustConfig()
@@ -190,6 +220,8 @@ class RobustScorer:
         self.count = np.zeros(0, dtype=np.int32)
         self.direction = np.zeros(0, dtype=np.int8)
         self.profile = np.full((0, max(cfg.bins, 1)), np.nan, dtype=np.float32)
+        #: Day-of-week offsets on the daily profile (day 0 is the UTC day of the epoch).
+        self.week = np.zeros((0, 7), dtype=np.float32)
 
     def __len__(self) -> int:
         return int(self.count.shape[0])
@@ -203,6 +235,7 @@ class RobustScorer:
             self.count = grow(self.count, size, 0)
             self.direction = grow(self.direction, size, 0)
             self.profile = grow(self.profile, size, np.nan)
+            self.week = grow(self.week, size, 0.0)
         self.direction[sid] = direction
 
     def clear(self, ids: np.ndarray) -> None:
@@ -213,10 +246,14 @@ class RobustScorer:
         self.count[ids] = 0
         self.direction[ids] = 0
         self.profile[ids] = np.nan
+        self.week[ids] = 0.0
 
-    def _bin(self, ts: np.ndarray) -> np.ndarray:
-        bins = self.config.bins
-        return (np.mod(ts, 86400.0) * (bins / 86400.0)).astype(np.int64) % max(bins, 1)  # type: ignore[no-any-return]
+    def _bin(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Time-of-day slot and day of the week (0 is the UTC day of the epoch) of each time."""
+        bins = max(self.config.bins, 1)
+        # A division, not a multiplication by the reciprocal: a time on a slot's edge lands in that slot.
+        slot = np.floor(ts / (86400.0 / bins)).astype(np.int64)
+        return slot % bins, (slot // bins) % 7
 
     def evaluate(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> RobustScores:
         """Score rows ``x`` of series ``ids`` (unique) at times ``ts``, without learning."""
@@ -225,20 +262,34 @@ class RobustScorer:
         lvl = self.level[ids]
         first = count == 0
         lvl = np.where(first, x, lvl)
-        b = self._bin(ts)
+        b, dow = self._bin(ts)
         prof = self.profile[ids, b].astype(np.float64) if cfg.bins > 0 else np.full(ids.shape[0], np.nan)
         has_season = ~np.isnan(prof)
         r_level = x - lvl
         r_season = np.where(has_season, x - prof, r_level)
-        use_season = has_season & (self.err_season[ids] < cfg.season_gain * self.err_level[ids])
+        st = self.novel[ids]
         floor = cfg.floor_rel * np.abs(lvl) + cfg.floor_abs
-        r = np.where(use_season, r_season, r_level)
+        r_week = off = pscale = None
+        r_chosen = r_season
+        if cfg.weekly and cfg.bins > 0:
+            # Weekly seasonality: the daily profile plus this day of the week's offset, used only while
+            # its recent error beats the daily profile's by ``season_gain`` (module docstring). The
+            # offsets are relative to the profile, on a scale no finer than the level's floor (fmax also
+            # turns an unvisited slot's NaN into the floor: nothing learns from such a row, its rate is 0).
+            off = self.week[ids, dow]  # float32: float64 once combined with the residuals
+            pscale = np.fmax(np.abs(prof), floor)
+            shift = off * pscale
+            r_week = r_season - shift
+            use_week = has_season & (st[:, WEEK_EDGE] < 0.0)
+            r_chosen = np.where(use_week, r_week, r_season)
+            prof = np.where(use_week, prof + shift, prof)
+        use_season = has_season & (self.err_season[ids] < cfg.season_gain * self.err_level[ids])
+        r = np.where(use_season, r_chosen, r_level)
         # The scales start at 0 and follow at ``scale_alpha``: without a bias correction (as in Adam's
         # moment estimates) they are a fraction of the truth for the first ~1/alpha samples, and every
         # sample just after warm-up looks several scales away.
         debias = self._debias[np.minimum(count, self._debias.shape[0] - 1)]
         mad = np.maximum(np.where(use_season, self.mad_season[ids], self.mad_level[ids]) / debias, floor)
-        st = self.novel[ids]
         if cfg.sparse_fraction > 0:
             # A sparse series' scale is at least its usual tick (module docstring).
             sparse = (st[:, TICKS] >= cfg.sparse_min_ticks) & (st[:, TICK_FRACTION] < cfg.sparse_fraction)
@@ -252,11 +303,33 @@ class RobustScorer:
         warm = count >= cfg.min_samples
         zdir = np.where(warm, zdir, 0.0)
         novelty, novel = self._novelty(st, x, count, mad, direction, zdir)
+        week = None
+        if off is None or r_week is None or pscale is None:
+            novel[:, WEEK_EDGE:] = st[:, WEEK_EDGE:]
+        else:
+            # Learned from every row, anomalous or not: whether a series has a weekly cycle is a property
+            # of the series (a weekday series' weekend would otherwise be an episode never learnt from).
+            # The offset's rate is per unit of event time, ``dt / 1 day`` (NaN before a first sample: 0),
+            # so a day seen moves it ~63 % of the way to that day's mean relative residual, whatever the
+            # sample rate.
+            # (fmin with ``has_season``: at most one day, and 0 where the slot is new)
+            rate = np.fmin(np.fmax(ts - st[:, LAST_TS], 0.0) * (1.0 / 86400.0), has_season)
+            # (a day is at most WEEK_CLIP times its profile away: a spike is not a weekday; fmin/fmax
+            # also keep absurd input out of the offsets)
+            rel = np.fmin(np.fmax(r_season / pscale, -WEEK_CLIP), WEEK_CLIP)
+            week = off + rate * (rel - off)
+            # The two errors, as means over about a week of event time (a weekday series' gain is on its
+            # weekend), and weighted by the gain: their difference is one such mean.
+            edge = st[:, WEEK_EDGE]
+            gain = np.abs(r_week) - cfg.season_gain * np.abs(r_season)
+            novel[:, WEEK_EDGE] = edge + rate * (1.0 / 7.0) * (gain - edge)
+            novel[:, LAST_TS] = ts
         return RobustScores(
             score=calibrate(zdir, cfg.z_threshold), novelty=novelty, z=zdir,
             expected=expected,
             scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
-            _has_season=has_season, _floor=floor, _zdir=zdir, _novel=novel,
+            _has_season=has_season, _floor=floor, _count=count, _debias=debias, _zdir=zdir, _novel=novel,
+            _dow=dow, _r_pred=r_chosen, _week=week,
         )
 
     def _novelty(self, st: np.ndarray, x: np.ndarray, count: np.ndarray, mad: np.ndarray,
@@ -266,15 +339,24 @@ class RobustScorer:
         cfg = self.config
         xc = x[:, None]
         prev = st[:, MEANS]
-        means = np.where(count[:, None] == 0, xc, prev + self._rates * (xc - prev))
+        means = prev + self._rates * (xc - prev)
+        fresh = count == 0
+        if fresh.any():  # (rare: the masks cost more than the arithmetic on a large round)
+            means[fresh] = xc[fresh]
         feats = np.concatenate((xc, means), axis=1)
         started = count[:, None] > self._starts
-        lows = np.where(started, st[:, LOWS], feats)
-        highs = np.where(started, st[:, HIGHS], feats)
+        if started.all():
+            lows, highs = st[:, LOWS], st[:, HIGHS]
+        else:
+            lows = np.where(started, st[:, LOWS], feats)
+            highs = np.where(started, st[:, HIGHS], feats)
         width = np.maximum(highs - lows, cfg.floor_abs)
         up, down = (feats - highs) / width, (lows - feats) / width
-        d = direction[:, None]
-        e = np.where(d > 0, up, np.where(d < 0, down, np.maximum(up, down))).max(axis=1)
+        # The largest exceedance over the three features, per direction (column maxima: a reduction along
+        # a 3-wide axis costs ten times as much on a large round).
+        e_up = np.maximum(np.maximum(up[:, 0], up[:, 1]), up[:, 2])
+        e_down = np.maximum(np.maximum(down[:, 0], down[:, 1]), down[:, 2])
+        e = np.where(direction > 0, e_up, np.where(direction < 0, e_down, np.maximum(e_up, e_down)))
         # The surprise against the predictors, on a scale no finer than a fraction of the span seen
         # (a series that sat still and then moved a hair is not a billion scales away).
         nz = zdir * (mad / np.maximum(mad, cfg.novelty_span_floor * (highs[:, 0] - lows[:, 0])))
@@ -315,7 +397,9 @@ class RobustScorer:
         cfg = self.config
         # What was seen is not new: the novelty state follows every row, anomalous or not.
         self.novel[ids] = ev._novel
-        self.count[ids] = np.minimum(self.count[ids].astype(np.int64) + 1, 2**31 - 1)
+        self.count[ids] = np.minimum(ev._count, 2**31 - 2) + 1
+        if ev._dow is not None and ev._week is not None:
+            self.week[ids, ev._dow] = ev._week
         if mask is not None:
             if not mask.any():
                 return
@@ -325,11 +409,11 @@ class RobustScorer:
         floor = ev._floor[sel]
         r_l = ev._r_level[sel]
         mad_l = self.mad_level[ids]
-        first = self.count[ids] <= 1
-        debias = self._debias[np.minimum(self.count[ids] - 1, self._debias.shape[0] - 1)]
+        first = ev._count[sel] == 0
+        debias = ev._debias[sel]
         lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l / debias, floor)
         lvl = np.where(first, x, self.level[ids])
-        self.level[ids] = lvl + cfg.level_alpha * np.clip(r_l, -lim_l, lim_l)
+        self.level[ids] = lvl + cfg.level_alpha * _clip(r_l, lim_l)
         self.mad_level[ids] = np.where(first, 0.0, mad_l + cfg.scale_alpha * (np.minimum(np.abs(r_l), lim_l) - mad_l))
         err_l = self.err_level[ids]
         self.err_level[ids] = np.where(first, 0.0, err_l + cfg.scale_alpha * (np.abs(r_l) - err_l))
@@ -338,15 +422,18 @@ class RobustScorer:
         b = ev._bins[sel]
         has = ev._has_season[sel]
         r_s = ev._r_season[sel]
+        # The profile learns the value; its scale and error, the residual of the seasonal prediction made
+        # (with the day's offset where the weekly offsets are in use).
+        r_p = ev._r_pred[sel]
         mad_s = self.mad_season[ids]
         lim_s = cfg.huber * MAD_TO_SD * np.maximum(mad_s / debias, floor)
         prof = self.profile[ids, b].astype(np.float64)
-        self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * np.clip(r_s, -lim_s, lim_s), x)
-        self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(np.abs(r_s), lim_s) - mad_s),
+        self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * _clip(r_s, lim_s), x)
+        self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(np.abs(r_p), lim_s) - mad_s),
                                         mad_s)
         err_s = self.err_season[ids]
         # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
-        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, np.abs(r_s), 2.0 * np.abs(r_l)) - err_s)
+        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, np.abs(r_p), 2.0 * np.abs(r_l)) - err_s)
 
     def clean(self, ids: np.ndarray) -> np.ndarray:
         """Series whose learned level and scale are both zero (a fault counter with no error so far)."""
@@ -377,10 +464,15 @@ class RobustScorer:
         if n:
             self.register(n - 1)
         for k in self._STATE:
+            if f"robust.{k}" not in data and k in self._LATER:  # a snapshot from before it was learned
+                getattr(self, k)[:n] = self._LATER[k]
+                continue
             v = data[f"robust.{k}"]
-            if k == "novel" and v.shape[1] < NOVEL_COLUMNS:  # a snapshot from before sparsity was learned
+            if k == "novel" and v.shape[1] < NOVEL_COLUMNS:  # from before sparsity or the weekly offsets
                 self.novel[:n] = 0.0
                 self.novel[:n, : v.shape[1]] = v
+                if v.shape[1] <= LAST_TS:
+                    self.novel[:n, LAST_TS] = np.nan  # no time passed since a sample it does not know
                 continue
             getattr(self, k)[:n] = v
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from streams.catalogue import Direction, Mode
 from streams.detect import DetectorBank, DetectorConfig
-from streams.scorers.robust import NOVEL_COLUMNS, RobustConfig, RobustScorer
+from streams.scorers.robust import NOVEL_COLUMNS, WEEK_EDGE, RobustConfig, RobustScorer
 
 
 def ticking(seed: int, n: int = 1800, quiet: int = 60, storm: tuple[int, int] | None = None) -> np.ndarray:
@@ -76,4 +76,4 @@ def test_a_snapshot_from_before_sparsity_restores_as_unknown_sparsity() -> None:
     b = RobustScorer(RobustConfig(min_samples=10, bins=0))
     b.restore(snap)
     assert b.novel.shape[1] == NOVEL_COLUMNS
-    assert (b.novel[0, :10] == a.novel[0, :10]).all() and (b.novel[0, 10:] == 0).all()
+    assert (b.novel[0, :10] == a.novel[0, :10]).all() and (b.novel[0, 10:WEEK_EDGE] == 0).all()

@@ -151,3 +151,21 @@ def test_eval_nab_cv_holds_each_category_out_and_tunes_only_on_the_others(
     assert main(["eval", "nab", str(data), str(labels), "--cv"]) == 0
     out = capsys.readouterr().out
     assert "held-out" in out and "overall" in out and "beta" in out
+
+
+def test_eval_nab_runs_another_scorer_on_the_output_asked_for(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``--scorer hst --output score`` runs HalfSpaceTrees through the same bank (its novelty is always 0)."""
+    data, labels = write_nab(tmp_path)
+    assert main(["eval", "nab", str(data), str(labels), "--scorer", "hst", "--json"]) == 0
+    novelty = json.loads(capsys.readouterr().out)
+    assert novelty["detector"] == "lockstep (hst, novelty)"
+    assert novelty["files"]["synthetic/one.csv"]["standard"]["tp"] == 0  # no novelty: nothing detected
+    assert main(["eval", "nab", str(data), str(labels), "--scorer", "hst", "--output", "score", "--json"]) == 0
+    score = json.loads(capsys.readouterr().out)
+    assert score["detector"] == "lockstep (hst, score)" and score["points"] == 1200
+    # HST's score does fire at the production threshold (here falsely: its calibration is young), where
+    # its novelty cannot.
+    assert score["files"]["synthetic/one.csv"]["standard@threshold"]["fp"] > 0
+    assert score["totals"]["standard"]["at_threshold_raw"] < novelty["totals"]["standard"]["at_threshold_raw"]
+    assert main(["eval", "nab", str(data), str(labels), "--scorer", "nope"]) == 2
