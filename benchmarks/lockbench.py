@@ -565,7 +565,7 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
     from aiokafka import AIOKafkaConsumer
 
     from agents.topics import create_topics
-    from lockstep.loadgen import LoadSpec, produce
+    from lockstep.loadgen import INCIDENT_CHAIN, LoadSpec, produce
     from models.timeutil import parse_ts
 
     settings = bench.with_prefix(name)  # its own topics: a repeated run must not read the last one's alerts
@@ -618,7 +618,12 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
         done0 = [bench.worker_samples(p) for p in procs]
         cpu0 = [cpu_seconds(p.pid) for p in procs]
         t0 = time.monotonic()
-        scrapes = warmup + incidents * spacing + tail
+        # The last incident's verdict needs the watermark past its symptom (the chain's last layer) plus
+        # the verdict's wait (grace, or the job-end margin if longer) plus the lateness: a tail shorter
+        # than that left the last incident without an alert ("5 of 6" in every quick run since the margin).
+        need = math.ceil((max(INCIDENT_CHAIN.values()) + max(settings.grace_s, settings.job_end_margin_s)
+                          + settings.allowed_lateness_s) / spec.interval_s) + 5
+        scrapes = warmup + incidents * spacing + max(tail, need)
         summary = await produce(settings, bench.bootstrap, spec, rate=rate, scrapes=scrapes,
                                 on_scrape=lambda k, ts, wall: acked.__setitem__(k, wall))
         span = time.monotonic() - t0
