@@ -7,14 +7,15 @@ import sys
 from pathlib import Path
 
 from lockstep.commands.run import positive_speed
+from lockstep.scenarios import extra_scenarios
 from lockstep.simulate import SCENARIOS
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("simulate", help="generate a simulated cluster with a named fault scenario",
                        description=__doc__)
-    p.add_argument("scenario", nargs="?", default="seed-incident", choices=sorted(SCENARIOS),
-                   help="fault scenario (default seed-incident)")
+    p.add_argument("scenario", nargs="?", default="seed-incident", choices=sorted({*SCENARIOS, *extra_scenarios()}),
+                   help="fault scenario (default seed-incident; the storage and fabric ones with --output only)")
     p.add_argument("--output", "-o", type=Path, help="write JSONL here (a replay file)")
     p.add_argument("--kafka", action="store_true",
                    help="produce live to LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS (inventory first, then 1 s ticks)")
@@ -35,13 +36,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
-        for name, sc in sorted(SCENARIOS.items()):
-            print(f"{name:24s} {sc.description}\n{'':24s} expect: {sc.expect}")
+        listed = {name: (sc.description, sc.expect) for name, sc in SCENARIOS.items()}
+        listed |= {name: (d, e) for name, (d, e, _) in extra_scenarios().items()}
+        for name, (description, expect) in sorted(listed.items()):
+            print(f"{name:24s} {description}\n{'':24s} expect: {expect}")
         return 0
     if args.gpus:
         from lockstep.loadgen import run_cli
 
         return run_cli(args)
+    extra = extra_scenarios().get(args.scenario)
+    if extra is not None and args.kafka:
+        print(f"lockstep simulate: {args.scenario} is written to a file only: give --output FILE.jsonl and "
+              "replay it with `lockstep replay -i FILE.jsonl`", file=sys.stderr)
+        return 2
     if args.kafka:
         return _live(args)
     if args.output is None:
@@ -50,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from lockstep.replay import write_simulation
 
-    n = write_simulation(args.output, args.scenario, seed=args.seed)
+    n = (extra[2](args.output, args.scenario, seed=args.seed) if extra is not None
+         else write_simulation(args.output, args.scenario, seed=args.seed))
     print(f"wrote {n} lines of scenario {args.scenario} to {args.output}", file=sys.stderr)
     return 0
 

@@ -23,3 +23,16 @@ def write_messages(path: Path, messages: Iterable[Any]) -> int:
                 fh.write(orjson.dumps(item) + b"\n")
                 n += 1
     return n
+
+
+def extra_scenarios() -> dict[str, tuple[str, str, Any]]:
+    """The scenarios of this package by name: (description, what it should yield, ``write_replay(path,
+    name, seed)``), for ``lockstep simulate`` beside :data:`lockstep.simulate.SCENARIOS`."""
+    from lockstep.scenarios import fabric, storage
+
+    out: dict[str, tuple[str, str, Any]] = {}
+    for name, f in fabric.FABRIC_SCENARIOS.items():
+        out[name] = (f.description, f.expect, fabric.write_replay)
+    for name, st in storage.STORAGE_SCENARIOS.items():
+        out[name] = (st.description, st.expect, storage.write_replay)
+    return out
