@@ -41,18 +41,23 @@ def own_broker() -> Iterator[EmbeddedBroker]:
 
 
 async def write(settings: Any, topic: str, n: int, flush_every: int = 7) -> None:
+    """``n`` records into each of the topic's two partitions. The paused reads read partition 1 after a
+    warm-up read of partition 0: the consumer is connected and knows the topic, and nothing of
+    partition 1 was prefetched before the broker stopped (a prefetch would let the read finish without
+    the broker)."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
+        await admin.create_topics([NewTopic(topic, 2, 1)])
     finally:
         await admin.close()
     producer = await start_producer(settings, settings.kafka_bootstrap_servers)
     try:
         for i in range(n):
-            await producer.send(topic, b"r%d" % i)
+            for partition in (0, 1):
+                await producer.send(topic, b"r%d" % i, partition=partition)
             if i % flush_every == 0:
                 await producer.flush()  # batches of several records: what Tansu's ListOffsets misreports
         await producer.flush()
@@ -62,7 +67,7 @@ async def write(settings: Any, topic: str, n: int, flush_every: int = 7) -> None
 
 def test_a_read_waits_out_a_broker_that_stops_answering_and_returns_the_whole_range(
         own_broker: EmbeddedBroker) -> None:
-    settings = make_settings(own_broker.bootstrap, partitions=1)
+    settings = make_settings(own_broker.bootstrap, partitions=2)
     pid = own_broker.pid
     assert pid is not None
 
@@ -74,7 +79,7 @@ def test_a_read_waits_out_a_broker_that_stops_answering_and_returns_the_whole_ra
             os.kill(pid, signal.SIGSTOP)
             resumed = asyncio.get_running_loop().call_later(2.5, os.kill, pid, signal.SIGCONT)
             try:
-                got = [m.offset for m in await reader.read("t.pause", 0, 10, 3000, max_records=200)]
+                got = [m.offset for m in await reader.read("t.pause", 1, 10, 3000, max_records=200)]
             finally:
                 resumed.cancel()
                 os.kill(pid, signal.SIGCONT)
@@ -89,7 +94,7 @@ def test_a_read_waits_out_a_broker_that_stops_answering_and_returns_the_whole_ra
 
 
 def test_a_read_that_cannot_finish_says_so_with_what_it_read(own_broker: EmbeddedBroker) -> None:
-    settings = make_settings(own_broker.bootstrap, partitions=1)
+    settings = make_settings(own_broker.bootstrap, partitions=2)
     pid = own_broker.pid
     assert pid is not None
 
@@ -100,7 +105,7 @@ def test_a_read_that_cannot_finish_says_so_with_what_it_read(own_broker: Embedde
             await reader.read("t.gone", 0, 0, 1)
             os.kill(pid, signal.SIGSTOP)
             try:
-                await reader.read("t.gone", 0, 1, 50, deadline_s=1.5)
+                await reader.read("t.gone", 1, 1, 50, deadline_s=1.5)
             except IncompleteRead as e:
                 return e
             finally:
@@ -121,7 +126,7 @@ def test_a_snapshot_below_the_true_end_is_not_taken_for_a_recreated_topic(own_br
     topic was recreated; read from ListOffsets it was low, and the snapshot looked past the end."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    settings = make_settings(own_broker.bootstrap, partitions=1)
+    settings = make_settings(own_broker.bootstrap, partitions=2)
 
     async def go() -> tuple[int, int | None, Action]:
         await write(settings, "t.end", 50)
