@@ -100,52 +100,55 @@ class RangeReader:
         busy while the fetch waited): stopping at three of them, as this once did, returned part of a
         catch-up and the restored state silently missed the rest. Tansu's ListOffsets misreports the end
         of partitions written in batches; the high-water mark of a fetch answer does not (checked in
-        tests/integration/test_range_reader.py)."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
+        tests/faults/test_range_reads.py)."""
         if stop <= start:
             return []
         async with self._lock:
-            if self._consumer is None:
-                self._consumer = AIOKafkaConsumer(**client_kwargs(self.settings, self.bootstrap), group_id=None,
-                                                  enable_auto_commit=False, fetch_max_wait_ms=50)
-                await self._consumer.start()
-            consumer = self._consumer
-            tp = TopicPartition(topic, partition)
-            consumer.assign([tp])  # a fresh assignment: no high-water mark until a fetch answers
-            consumer.seek(tp, start)
-            out: list[Any] = []
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + deadline_s
-            while True:
-                position = await consumer.position(tp)
-                if position >= stop:
-                    return out
-                batch = (await consumer.getmany(tp, timeout_ms=500, max_records=max_records)).get(tp, [])
-                if batch:
-                    out.extend(m for m in batch if start <= m.offset < stop)
-                    if batch[-1].offset >= stop - 1:
-                        return out
-                    continue
-                high = consumer.highwater(tp)
-                if high is not None and await consumer.position(tp) >= high:
-                    return out  # the broker holds nothing more: the rest of the range has no record
-                if loop.time() > deadline:
-                    raise IncompleteRead(topic, partition, start, stop, out)
+            return await self._read(topic, partition, start, stop, max_records, deadline_s)
 
     async def end(self, topic: str, partition: int, near: int = 0, deadline_s: float = READ_DEADLINE_S) -> int | None:
         """The partition's end offset as a fetch answer gives it (the high-water mark), fetching from
         ``near`` (a nearby offset keeps the answer small); None if no fetch answered by the deadline."""
         from aiokafka import TopicPartition
 
-        tp = TopicPartition(topic, partition)
-        try:
-            await self.read(topic, partition, max(near, 0), max(near, 0) + 1, max_records=1, deadline_s=deadline_s)
-        except IncompleteRead:
-            return None
-        async with self._lock:
-            high = self._consumer.highwater(tp) if self._consumer is not None else None
+        start = max(near, 0)
+        async with self._lock:  # the high-water mark of this read's assignment, not another read's
+            try:
+                await self._read(topic, partition, start, start + 1, 1, deadline_s)
+            except IncompleteRead:
+                return None
+            high = self._consumer.highwater(TopicPartition(topic, partition))
         return int(high) if high is not None else None
+
+    async def _read(self, topic: str, partition: int, start: int, stop: int, max_records: int,
+                    deadline_s: float) -> list[Any]:
+        """:meth:`read`, with the lock held."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        if self._consumer is None:
+            self._consumer = AIOKafkaConsumer(**client_kwargs(self.settings, self.bootstrap), group_id=None,
+                                              enable_auto_commit=False, fetch_max_wait_ms=50)
+            await self._consumer.start()
+        consumer = self._consumer
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])  # a fresh assignment: no high-water mark until a fetch answers
+        consumer.seek(tp, start)
+        out: list[Any] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + deadline_s
+        while await consumer.position(tp) < stop:
+            batch = (await consumer.getmany(tp, timeout_ms=500, max_records=max_records)).get(tp, [])
+            if batch:
+                out.extend(m for m in batch if start <= m.offset < stop)
+                if batch[-1].offset >= stop - 1:
+                    break
+                continue
+            high = consumer.highwater(tp)
+            if high is not None and await consumer.position(tp) >= high:
+                break  # the broker holds nothing more: the rest of the range has no record
+            if loop.time() > deadline:
+                raise IncompleteRead(topic, partition, start, stop, out)
+        return out
 
     async def chunks(self, topic: str, partition: int, start: int, stop: int,
                      size: int = 4000) -> AsyncIterator[list[Any]]:

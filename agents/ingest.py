@@ -61,6 +61,7 @@ class Ingest:
         self.state = rt.state
         self.metrics = rt.metrics
         self.resumes = ingest_resume_counter(rt.metrics)
+        self.telemetry_topics = set(rt.catalogue.telemetry_topics)
 
     # -- the agent ------------------------------------------------------------------------------
     async def run(self, stream: faust.StreamT[bytes]) -> None:
@@ -352,7 +353,7 @@ class Ingest:
 
         idle = idle_inputs(state.published_wm, state.last_message, now, rt.settings.watermark_idle_s, busy, waiting)
         if offsets is not None:  # owned, never any data here: idle at once (else correlation waits for an owner)
-            idle += offsets.without_data(set(rt.catalogue.telemetry_topics), state.published_wm)
+            idle += offsets.without_data(self.telemetry_topics, state.published_wm)
         value = orjson.dumps({"type": "watermark", "origins": state.published_wm, "eos": sorted(state.eos),
                               "idle": idle})
         state.wm_dirty = False

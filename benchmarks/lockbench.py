@@ -571,6 +571,7 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
     from models.timeutil import parse_ts
 
     settings = bench.with_prefix(name)  # its own topics: a repeated run must not read the last one's alerts
+    lateness, wait = settings.allowed_lateness_s, max(settings.grace_s, settings.job_end_margin_s)
     spec = LoadSpec(gpus=gpus, nodes_per_job=jobs_nodes,
                     incidents=tuple((j, warmup + j * spacing) for j in range(incidents)), incident_s=40.0)
     await create_topics(settings, bench.bootstrap)
@@ -623,8 +624,7 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
         # The last incident's verdict needs the watermark past its symptom (the chain's last layer) plus
         # the verdict's wait (grace, or the job-end margin if longer) plus the lateness: a tail shorter
         # than that left the last incident without an alert ("5 of 6" in every quick run since the margin).
-        need = math.ceil((max(INCIDENT_CHAIN.values()) + max(settings.grace_s, settings.job_end_margin_s)
-                          + settings.allowed_lateness_s) / spec.interval_s) + 5
+        need = math.ceil((max(INCIDENT_CHAIN.values()) + wait + lateness) / spec.interval_s) + 5
         scrapes = warmup + incidents * spacing + max(tail, need)
         summary = await produce(settings, bench.bootstrap, spec, rate=rate, scrapes=scrapes,
                                 on_scrape=lambda k, ts, wall: acked.__setitem__(k, wall))
@@ -646,7 +646,6 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
         rss = rss_all[0]
         for proc in procs:
             bench.stop(proc)
-    lateness, wait = settings.allowed_lateness_s, max(settings.grace_s, settings.job_end_margin_s)
     lat: list[float] = []
     seen: set[str] = set()
     for now, alert in received:

@@ -79,14 +79,17 @@ class LocalRunner:
         topic = f"telemetry.{layer}"
         p = self._partition(key)
         origin = f"{topic}:{p}"
+        out = self._pipeline(origin).process_many([(raw, Origin(topic, p))], self.timer)
+        self._ingested(out)
+        self._correlate(origin, out)
+        return out
+
+    def _pipeline(self, origin: str) -> PartitionPipeline:
         pipe = self.pipelines.get(origin)
         if pipe is None:
             pipe = self.pipelines[origin] = PartitionPipeline(origin, self.detector, self.inventory,
                                                               stages=self.stages)
-        out = pipe.process_many([(raw, Origin(topic, p))], self.timer)
-        self._ingested(out)
-        self._correlate(origin, out)
-        return out
+        return pipe
 
     def _ingested(self, out: PipelineOutput) -> None:
         res = self.result
@@ -158,11 +161,7 @@ class LocalRunner:
     def _flush(self, pending: dict[str, list[tuple[bytes, Origin]]]) -> None:
         """Each input partition's queued messages through its pipeline, then their outputs to correlation."""
         for origin, items in pending.items():
-            pipe = self.pipelines.get(origin)
-            if pipe is None:
-                pipe = self.pipelines[origin] = PartitionPipeline(origin, self.detector, self.inventory,
-                                                                  stages=self.stages)
-            out = pipe.process_many(items, self.timer)
+            out = self._pipeline(origin).process_many(items, self.timer)
             self._ingested(out)
             self._correlate(origin, out)
         pending.clear()
