@@ -224,13 +224,18 @@ class Ingest:
                 rt.offsets.ack(p.hole)
         if eos:
             await self.broadcast_watermarks()
+        now = time.monotonic()
         for p in done:
             pipe, name = p.pipe, p.name
-            # Snapshots are staggered across the worker's partitions (streams.snapshot.snapshot_due).
-            if pipe.watermark is not None and snapshot_due(name, pipe.watermark, state.last_snapshot_wm.get(name),
-                                                           rt.settings.snapshot_interval_s):
+            # Snapshots are staggered across the worker's partitions and wait the wall floor in a
+            # catch-up (streams.snapshot.snapshot_due).
+            if pipe.watermark is not None and snapshot_due(
+                    name, pipe.watermark, state.last_snapshot_wm.get(name), rt.settings.snapshot_interval_s,
+                    now=now, last_wall=state.last_snapshot_wall.get(name),
+                    wall_floor_s=rt.settings.snapshot_wall_floor_s):
                 self.write_snapshot(pipe, p.partition)
                 state.last_snapshot_wm[name] = pipe.watermark
+                state.last_snapshot_wall[name] = now
 
     def write_snapshot(self, pipe: PartitionPipeline, partition: int) -> None:
         """Snapshot ``pipe`` (state after input offset ``pipe.last_offset``) into ``detector_state``, written

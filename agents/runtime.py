@@ -66,6 +66,8 @@ class WorkerState:
     last_message: dict[str, float] = field(default_factory=dict)
     batch_started: float | None = None
     last_snapshot_wm: dict[str, float] = field(default_factory=dict)
+    #: monotonic time of each input partition's last snapshot (the wall floor, agents.ingest)
+    last_snapshot_wall: dict[str, float] = field(default_factory=dict)
     finished_partitions: set[int] = field(default_factory=set)
     resume_check: set[str] = field(default_factory=set)
     offset_resets: set[str] = field(default_factory=set)
@@ -95,6 +97,7 @@ class WorkerState:
         self.pipelines.pop(name, None)
         self.published_wm.pop(name, None)
         self.last_snapshot_wm.pop(name, None)
+        self.last_snapshot_wall.pop(name, None)
         if topic == self.anomalies_topic:
             self.correlators.pop(partition, None)
             self.progress.forget(partition)

@@ -122,6 +122,10 @@ class LockstepSettings(BaseSettings):
     web_port: int = Field(default=6066, ge=0, le=65535)
     log_level: str = Field(default="info", pattern=r"^(debug|info|warn|error|crit)$")
     snapshot_interval_s: float = Field(default=10.0, gt=0, description="Event-time seconds between state snapshots")
+    snapshot_wall_floor_s: float = Field(
+        default=10.0, ge=0, description="Wall seconds an input partition's state waits at least between snapshots "
+        "(a catch-up runs event time many times faster than wall time; live the event-time interval decides)"
+    )
     watermark_interval_s: float = Field(default=0.2, gt=0, description="Wall seconds between watermark broadcasts")
     ingest_batch_messages: int = Field(
         default=4000, ge=1, le=100_000, description="Most messages (all input partitions) the ingest agent "

@@ -46,13 +46,25 @@ def unpack(blob: bytes) -> tuple[dict[str, np.ndarray], Any]:
     return arrays, meta
 
 
-def snapshot_due(name: str, watermark: float, last: float | None, interval_s: float) -> bool:
+def snapshot_due(name: str, watermark: float, last: float | None, interval_s: float, *,
+                 now: float | None = None, last_wall: float | None = None, wall_floor_s: float = 0.0) -> bool:
     """Whether the state of input ``name`` is due for a snapshot at event time ``watermark``.
 
     ``last`` is the watermark of its previous snapshot (None: none yet, due now). Snapshots fall on
     a grid of ``interval_s`` shifted by a phase drawn from the name, so the partitions of a worker,
     which advance together, spread their snapshots over the interval instead of all writing them in
     the same batch (a burst that stalls the event loop and shows up in the alert latency).
+
+    ``now`` and ``last_wall`` (wall time now and at the previous snapshot, any monotonic clock): a
+    snapshot also waits ``wall_floor_s`` since the previous one. Live, event time runs at wall speed
+    and the floor changes nothing; a catch-up runs event time many times faster, and a snapshot every
+    ``interval_s`` of it would cost the worker a fifth of its CPU (docs/performance.md). What a crash
+    makes the next owner re-read is bounded by the floor's worth of processing either way.
+
+    >>> snapshot_due("gpu:0", 200.0, 100.0, 10.0, now=5.0, last_wall=0.0, wall_floor_s=10.0)
+    False
+    >>> snapshot_due("gpu:0", 200.0, 100.0, 10.0, now=10.0, last_wall=0.0, wall_floor_s=10.0)
+    True
 
     >>> snapshot_due("gpu:0", 100.0, None, 10.0)
     True
@@ -68,5 +80,7 @@ def snapshot_due(name: str, watermark: float, last: float | None, interval_s: fl
     """
     if last is None:
         return True
+    if now is not None and last_wall is not None and now - last_wall < wall_floor_s:
+        return False
     phase = interval_s * (zlib.crc32(name.encode()) % 1000) / 1000.0
     return math.floor((watermark + phase) / interval_s) > math.floor((last + phase) / interval_s)

@@ -81,6 +81,18 @@ def test_the_quick_table_says_which_rows_it_did_not_run_and_gives_each_ratio_per
     assert "95 s" in text.splitlines()[0]
 
 
+def test_the_latency_goal_is_read_at_80_percent_of_the_maximum_when_that_run_exists() -> None:
+    doc = quick_doc({k: "x" for k in ("quix", "quix-memory", "bytewax", "bytewax-recovery")})
+    rows = [line for line in table(doc).splitlines() if line.startswith("| alert latency")]
+    assert len(rows) == 1 and rows[0].endswith("| p99 < 1 s |")  # without the 80% run: the 50% row is the goal's
+    doc["latency_80"] = {"rate_samples_per_s": 80000.0, "p50_s": 0.7, "p99_s": 1.4, "measured": 5, "incidents": 6,
+                         "produced": {"samples_per_s": 71000.0}}
+    rows = [line for line in table(doc).splitlines() if line.startswith("| alert latency")]
+    assert rows[0].endswith("| (reference) |")
+    assert "80,000 samples/s (80% of max; sent 71,000)" in rows[1]
+    assert "0.7 s / 1.4 s (5 of 6 alerts)" in rows[1] and rows[1].endswith("| p99 < 1 s |")
+
+
 def test_peers_are_reported_missing_when_their_framework_is_not_importable(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bytewax" else real(name, *a))
