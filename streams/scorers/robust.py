@@ -34,7 +34,8 @@ gives 0; ``z = z_threshold`` gives exactly 0.5; never saturates, so scores stay 
   finer than ``novelty_span_floor`` of the range) beyond the largest remembered surprise also counts,
   weighted ``novelty_z_weight``. An exceedance scores only if it beats the recent novelty (a memory
   with a half-life of ``novelty_refractory`` samples), so an event scores at its start and again only
-  where it outgrows itself; ``novelty_margin`` of exceedance scores 0.5. This is what NAB rewards:
+  where it outgrows itself (once a row has scored, by another ``novelty_margin``); ``novelty_margin``
+  of exceedance scores 0.5. This is what NAB rewards:
   early, single detections of what the series has not done before.
 
 **Sparse series** (a counter that ticks now and then: RoCE pause frames, a retry counter): each series
@@ -372,7 +373,12 @@ class RobustScorer:
         e_z = np.where(peak > 0, (nz - peak) / np.maximum(peak, cfg.floor_abs), 0.0)
         # fmax turns NaN (absurd input) into 0; the cap keeps e / (e + margin) finite.
         e = np.minimum(np.fmax(np.maximum(e, cfg.novelty_z_weight * e_z), 0.0), 1e300) * (count >= cfg.min_samples)
-        gated = np.where(e > st[:, RECENT] * self._rdecay, e, 0.0)
+        # Once a row has scored (the recent novelty is at least the margin), the event scores again only
+        # where it outgrows the recent novelty by another margin: one event, not a run of rows each a
+        # hair beyond the last.
+        recent = st[:, RECENT] * self._rdecay
+        recent = np.where(recent >= cfg.novelty_margin, recent + cfg.novelty_margin, recent)
+        gated = np.where(e > recent, e, 0.0)
         # The state after this row: extremes widened by it, then forgetting a little.
         out = np.empty_like(st)
         out[:, MEANS] = means

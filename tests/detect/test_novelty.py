@@ -43,3 +43,19 @@ def test_a_surprise_beyond_what_was_seen_still_scores_after_warm_up() -> None:
     x[450] += 12.0  # 12 standard deviations: beyond every value and surprise seen
     nov = _novelty(cfg, x)
     assert nov[450] >= 0.5
+
+
+def test_an_event_scores_once_and_again_only_where_it_outgrows_itself() -> None:
+    """Rows each a hair beyond the last are one event; a row far beyond it is a new one."""
+    cfg = RobustConfig.for_window(100, min_samples=150, bins=0)
+    rng = np.random.default_rng(3)
+    x = 10.0 + rng.normal(size=800)
+    span = float(x[:600].max() - x[:600].min())
+    top = float(x[:600].max())
+    x[600:603] = top + span * np.array([0.3, 0.32, 0.34])  # past the range, then creeping on: one event
+    x[603:620] = 10.0
+    x[620] = top + span * 1.2  # far beyond the event: new again
+    nov = _novelty(cfg, x)
+    assert nov[600] >= 0.5
+    assert (nov[601:603] < 0.5).all()
+    assert nov[620] >= 0.5
