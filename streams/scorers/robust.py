@@ -32,11 +32,12 @@ gives 0; ``z = z_threshold`` gives exactly 0.5; never saturates, so scores stay 
   roughly the last few thousand samples. A sample's exceedance is how far a feature goes beyond its
   remembered range (in the bad direction), as a fraction of that range; a surprise (z, on a scale no
   finer than ``novelty_span_floor`` of the range) beyond the largest remembered surprise also counts,
-  weighted ``novelty_z_weight``. An exceedance scores only if it beats the recent novelty (a memory
-  with a half-life of ``novelty_refractory`` samples), so an event scores at its start and again only
-  where it outgrows itself (once a row has scored, by another ``novelty_margin``); ``novelty_margin``
-  of exceedance scores 0.5. This is what NAB rewards:
-  early, single detections of what the series has not done before.
+  weighted ``novelty_z_weight`` (surprises are remembered, warm or not, once the scale has seen three
+  times its memory, ``3 / scale_alpha`` samples: the rule the means' extremes follow). An exceedance
+  scores only if it beats the recent novelty (a memory with a half-life of ``novelty_refractory``
+  samples), so an event scores at its start and again only where it outgrows itself (once a row has
+  scored, by another ``novelty_margin``); ``novelty_margin`` of exceedance scores 0.5. This is what NAB
+  rewards: early, single detections of what the series has not done before.
 
 **Sparse series** (a counter that ticks now and then: RoCE pause frames, a retry counter): each series
 also learns, from every sample, how often it is non-zero (rate ``scale_alpha``, the first samples
