@@ -32,10 +32,12 @@ gives 0; ``z = z_threshold`` gives exactly 0.5; never saturates, so scores stay 
   roughly the last few thousand samples. A sample's exceedance is how far a feature goes beyond its
   remembered range (in the bad direction), as a fraction of that range; a surprise (z, on a scale no
   finer than ``novelty_span_floor`` of the range) beyond the largest remembered surprise also counts,
-  weighted ``novelty_z_weight``. An exceedance scores only if it beats the recent novelty (a memory
-  with a half-life of ``novelty_refractory`` samples), so an event scores at its start and again only
-  where it outgrows itself; ``novelty_margin`` of exceedance scores 0.5. This is what NAB rewards:
-  early, single detections of what the series has not done before.
+  weighted ``novelty_z_weight`` (surprises are remembered, warm or not, once the scale has seen three
+  times its memory, ``3 / scale_alpha`` samples: the rule the means' extremes follow). An exceedance
+  scores only if it beats the recent novelty (a memory with a half-life of ``novelty_refractory``
+  samples), so an event scores at its start and again only where it outgrows itself (once a row has
+  scored, by another ``novelty_margin``); ``novelty_margin`` of exceedance scores 0.5. This is what NAB
+  rewards: early, single detections of what the series has not done before.
 
 **Sparse series** (a counter that ticks now and then: RoCE pause frames, a retry counter): each series
 also learns, from every sample, how often it is non-zero (rate ``scale_alpha``, the first samples
@@ -211,6 +213,11 @@ class RobustScorer:
         # A mean's extremes are recorded once it has seen three times its memory (3 / rate samples):
         # before, its first samples weigh too much and would set extremes the series never had.
         self._starts = np.array([0.0, 3.0 / cfg.novelty_fast, 3.0 / cfg.novelty_slow])
+        # The same rule for the largest surprise: z is a residual over the scale, whose memory is
+        # 1 / scale_alpha; the surprises are remembered once the scale has seen three times that, warm or
+        # not (a surprise remembered only from the end of warm-up is a handful of samples' maximum, and
+        # the first ordinary sample after it would look like the largest surprise ever).
+        self._peak_start = 3.0 / cfg.scale_alpha if cfg.scale_alpha > 0 else 0.0
         for name in self._F64:
             setattr(self, name, np.zeros(0))
         #: Novelty state, one row per series (one array: one gather and one scatter per call):
@@ -301,8 +308,9 @@ class RobustScorer:
         if cfg.min_relative_change > 0:
             zdir = np.where(np.abs(r) < cfg.min_relative_change * np.abs(expected), 0.0, zdir)
         warm = count >= cfg.min_samples
+        surprise = zdir  # before the warm-up gate: the novelty memory learns it (``_novelty``)
         zdir = np.where(warm, zdir, 0.0)
-        novelty, novel = self._novelty(st, x, count, mad, direction, zdir)
+        novelty, novel = self._novelty(st, x, count, mad, direction, zdir, surprise)
         week = None
         if off is None or r_week is None or pscale is None:
             novel[:, WEEK_EDGE:] = st[:, WEEK_EDGE:]
@@ -333,9 +341,10 @@ class RobustScorer:
         )
 
     def _novelty(self, st: np.ndarray, x: np.ndarray, count: np.ndarray, mad: np.ndarray,
-                 direction: np.ndarray, zdir: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 direction: np.ndarray, zdir: np.ndarray, surprise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Novelty of each row (module docstring) and the novelty state (``st``, the rows' state before)
-        once the row is learnt, sparsity included."""
+        once the row is learnt, sparsity included. ``zdir`` is the warm-up-gated z, ``surprise`` the same z
+        before the gate (what the largest-surprise memory learns once the scale has settled)."""
         cfg = self.config
         xc = x[:, None]
         prev = st[:, MEANS]
@@ -359,12 +368,18 @@ class RobustScorer:
         e = np.where(direction > 0, e_up, np.where(direction < 0, e_down, np.maximum(e_up, e_down)))
         # The surprise against the predictors, on a scale no finer than a fraction of the span seen
         # (a series that sat still and then moved a hair is not a billion scales away).
-        nz = zdir * (mad / np.maximum(mad, cfg.novelty_span_floor * (highs[:, 0] - lows[:, 0])))
+        span_scale = mad / np.maximum(mad, cfg.novelty_span_floor * (highs[:, 0] - lows[:, 0]))
+        nz = zdir * span_scale
         peak = st[:, PEAK]
         e_z = np.where(peak > 0, (nz - peak) / np.maximum(peak, cfg.floor_abs), 0.0)
         # fmax turns NaN (absurd input) into 0; the cap keeps e / (e + margin) finite.
         e = np.minimum(np.fmax(np.maximum(e, cfg.novelty_z_weight * e_z), 0.0), 1e300) * (count >= cfg.min_samples)
-        gated = np.where(e > st[:, RECENT] * self._rdecay, e, 0.0)
+        # Once a row has scored (the recent novelty is at least the margin), the event scores again only
+        # where it outgrows the recent novelty by another margin: one event, not a run of rows each a
+        # hair beyond the last.
+        recent = st[:, RECENT] * self._rdecay
+        recent = np.where(recent >= cfg.novelty_margin, recent + cfg.novelty_margin, recent)
+        gated = np.where(e > recent, e, 0.0)
         # The state after this row: extremes widened by it, then forgetting a little.
         out = np.empty_like(st)
         out[:, MEANS] = means
@@ -375,7 +390,8 @@ class RobustScorer:
             lows, highs = np.minimum(lows + shrink, mid), np.maximum(highs - shrink, mid)
         out[:, LOWS] = lows
         out[:, HIGHS] = highs
-        out[:, PEAK] = np.maximum(peak * (1.0 - cfg.novelty_forget), nz)
+        seen = np.where(count >= self._peak_start, surprise * span_scale, 0.0)
+        out[:, PEAK] = np.maximum(peak * (1.0 - cfg.novelty_forget), seen)
         out[:, RECENT] = np.maximum(st[:, RECENT] * self._rdecay, e)
         # Sparsity: how often the series ticks and how large a tick is (the first samples and the first
         # ticks are averaged equally, as the scales are debiased: no early series looks sparse).
