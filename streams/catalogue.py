@@ -41,7 +41,8 @@ class Mode(StrEnum):
     - ``errors``: a counter of faults: on a clean series any increase is anomalous from the first
       increment (scored by rate); on a series that always errs, judged against its baseline.
     - ``event``: a gauge whose non-zero value is an event (DCGM's last-XID field).
-    - ``context``: tracked for percentiles and timelines, never raises an anomaly on its own.
+    - ``context``: tracked for percentiles, never raises an anomaly on its own and never feeds a
+      job's lanes (streams.stages.points.lane_code).
     """
 
     LEVEL = "level"

@@ -49,6 +49,16 @@ LANES: dict[tuple[str, str], str] = {
     ("step", "step_time"): "step_time",
 }
 
+#: Lanes whose (layer, meaning) also covers quantities in other units: only these raw names feed them.
+#: "utilisation" on a GPU is also its power (W), memory used (MiB) and the profiling fractions (0-1);
+#: on a host also the raw CPU-seconds counters behind the derived share (streams.formats.derive): a
+#: median across them is no utilisation (it read 0.82 "%" for GPUs at 95 % with dcgm-exporter's
+#: fields). Both lanes are percent.
+LANE_METRICS: dict[str, frozenset[str]] = {
+    "gpu_util": frozenset({"DCGM_FI_DEV_GPU_UTIL", "nvidia_smi_utilization_gpu"}),
+    "cpu_util": frozenset({"cpu_utilization"}),
+}
+
 #: Lanes whose values are also forwarded per worker and compared across the job's workers.
 PEER_LANES: tuple[str, ...] = ("step_time",)
 

@@ -58,7 +58,7 @@ from streams.stages import (
     merged_points_records,
 )
 from streams.stages.episodes import SYMPTOM_MEANINGS
-from streams.stages.points import LANE_CODE, LANE_NAMES, PEER_CODES
+from streams.stages.points import LANE_NAMES, PEER_CODES, lane_code
 
 __all__ = ["CORRELATION_STAGES", "INGEST_STAGES", "LANE_NAMES", "PIPELINE", "STAGES", "SYMPTOM_MEANINGS",
            "DeadLetterOut", "Origin", "PartitionPipeline", "PipelineOutput", "merged_points_records", "worker_name"]
@@ -193,7 +193,7 @@ class PartitionPipeline:
                 self._src_ids[meta.source] = src
             self._src_code[sid] = src
             self.detector.register(sid, info.mode, info.bad)
-            self._lane[sid] = LANE_CODE.get((meta.layer, info.meaning.value), -1)
+            self._lane[sid] = lane_code(meta.layer, meta.metric, info)
             if self._lane[sid] in PEER_CODES:
                 self._worker[sid] = worker_name(meta.source, meta.labels)
             if out is not None and info.meaning.value == "unknown":

@@ -13,13 +13,32 @@ from typing import Any
 
 import numpy as np
 
-from streams.lanes import LANES, PEER_LANES
+from streams.catalogue import MetricInfo, Mode
+from streams.lanes import LANE_METRICS, LANES, PEER_LANES
 from streams.stages.base import Batch
 
 #: Lane names (see :mod:`streams.lanes`) and their codes in the per-series lane array.
 LANE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(LANES.values()))
 LANE_CODE = {(layer, meaning): LANE_NAMES.index(lane) for (layer, meaning), lane in LANES.items()}
 PEER_CODES = frozenset(LANE_NAMES.index(lane) for lane in PEER_LANES)
+
+
+def lane_code(layer: str, metric: str, info: MetricInfo) -> int:
+    """The lane code of a series (-1: not forwarded). A series feeds the lane of its (layer, meaning)
+    unless it is context (another quantity of that meaning, or the raw counter behind a derived one:
+    kept in percentiles, never in a job's lanes) or the lane names its metrics
+    (:data:`streams.lanes.LANE_METRICS`) and this is not one of them.
+
+    >>> from streams.catalogue import CATALOGUE
+    >>> [lane_code("gpu", m, CATALOGUE[m]) >= 0 for m in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE",
+    ...                                                 "DCGM_FI_DEV_POWER_USAGE")]
+    [True, False, False]
+    """
+    code = LANE_CODE.get((layer, info.meaning.value), -1)
+    if code < 0 or info.mode is Mode.CONTEXT:
+        return -1
+    allowed = LANE_METRICS.get(LANE_NAMES[code])
+    return code if allowed is None or metric in allowed else -1
 
 
 def by_time(t: np.ndarray, v: np.ndarray, sids: np.ndarray | None,

@@ -25,16 +25,16 @@ def inventory() -> InventoryIndex:
     return inv
 
 
-def gpu(ts: float, node: str, value: float, metric: str = "DCGM_FI_PROF_SM_ACTIVE") -> dict[str, object]:
+def gpu(ts: float, node: str, value: float, metric: str = "DCGM_FI_DEV_GPU_UTIL") -> dict[str, object]:
     return {"ts": ts, "layer": "gpu", "source": node, "metric": metric, "value": value, "labels": {"gpu": "0"}}
 
 
 def traffic() -> list[tuple[bytes, Origin]]:
-    """30 scrapes of two nodes' SM activity, node n2 dropping to 0 from scrape 20, and one bad message of each
+    """30 scrapes of two nodes' GPU utilisation, node n2 dropping to 0 from scrape 20, and one bad message of each
     kind the ingest stages refuse."""
-    msgs = [orjson.dumps([gpu(T0 + k, "n1", 0.9), gpu(T0 + k, "n2", 0.9 if k < 20 else 0.0)]) for k in range(30)]
+    msgs = [orjson.dumps([gpu(T0 + k, "n1", 90.0), gpu(T0 + k, "n2", 90.0 if k < 20 else 0.0)]) for k in range(30)]
     msgs += [b"{not json", orjson.dumps([{"ts": T0 + 31, "layer": "gpu"}]),
-             orjson.dumps([gpu(T0 + 5, "n1", 0.9)]),  # out of order
+             orjson.dumps([gpu(T0 + 5, "n1", 90.0)]),  # out of order
              orjson.dumps([{"ts": T0 + 31, "layer": "nic", "source": "n1", "metric": "port_xmit_data", "value": -3,
                             "labels": {"device": "mlx5_0", "port": "1"}}])]  # a negative counter
     return [(raw, Origin("telemetry.gpu", 0, i, T0 + i)) for i, raw in enumerate(msgs)]
