@@ -10,8 +10,11 @@ reuses the ids of evicted series, so the per-series arrays elsewhere are as long
 held at once, never the number ever seen.
 
 Memory: strings are interned (a metric name, a label name, a source is stored once however many
-series share it) and the labels are kept only as the key's sorted tuple; :class:`SeriesMeta` builds
-the label mapping on demand (anomalies and inventory look-ups only).
+series share it), and so are label tuples (the series of a GPU's metrics share one); the labels are
+kept only as the key's sorted tuple. Per series the registry holds its key (and an alias key when
+its labels arrive out of order), the id table's entries and a few bytes of arrays;
+:class:`SeriesMeta` is built on each look-up, with the label mapping (anomalies and inventory
+look-ups only).
 """
 
 from __future__ import annotations
@@ -61,7 +64,11 @@ def series_name(key: SeriesKey) -> str:
 
 
 class SeriesMeta:
-    """What one series is. ``labels`` is built from the key on each access (not stored twice)."""
+    """What one series is. ``labels`` is built from the key on each access (not stored twice).
+
+    Built on each :attr:`SeriesRegistry.meta` look-up from what the registry keeps per id (the key,
+    and whether it is a counter): not held per series.
+    """
 
     __slots__ = ("info", "key")
 
@@ -90,9 +97,78 @@ class SeriesMeta:
 FREE = SeriesMeta(("", "", "", ()), lookup("", None))
 
 
+class SeriesMetas:
+    """:attr:`SeriesRegistry.meta`: ``meta[sid]`` is what series ``sid`` is (:data:`FREE` for a free id).
+
+    The registry keeps a series' key and counter flag; its :class:`~streams.catalogue.MetricInfo` is
+    the catalogue's for the metric and that kind (what :meth:`SeriesRegistry.restore` rebuilds too),
+    so no object per series is held for it.
+    """
+
+    __slots__ = ("_reg",)
+
+    def __init__(self, registry: SeriesRegistry) -> None:
+        self._reg = registry
+
+    def __len__(self) -> int:
+        return len(self._reg.keys)
+
+    def __getitem__(self, sid: int) -> SeriesMeta:
+        key = self._reg.keys[sid]
+        if key is None:
+            return FREE
+        return SeriesMeta(key, lookup(key[2], "counter" if self._reg.counter[sid] else "gauge"))
+
+
 def _intern_labels(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
     items = sorted(labels.items()) if len(labels) > 1 else list(labels.items())
     return tuple((sys.intern(k), sys.intern(v) if len(v) <= 64 else v) for k, v in items)
+
+
+class _Shared:
+    """One object for equal label tuples, counted: dropped when the last series holding it goes.
+
+    Most series share their labels with others (the same ``gpu``, ``UUID`` and job labels under each
+    of a GPU's metrics: about 800 distinct label tuples for 10,000 series), so each series keeps a
+    reference instead of its own tuple of pairs.
+
+    >>> shared = _Shared()
+    >>> a = shared.take((("gpu", "0"),))
+    >>> shared.take((("gpu", "0"),)) is a, len(shared)
+    (True, 1)
+    >>> shared.drop(a); len(shared)
+    1
+    >>> shared.drop(a); len(shared)
+    0
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        #: value -> [the shared object, how many holders]
+        self._held: dict[Any, list[Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def take(self, value: Any) -> Any:
+        entry = self._held.get(value)
+        if entry is None:
+            entry = self._held[value] = [value, 0]
+        entry[1] += 1
+        return entry[0]
+
+    def drop(self, value: Any) -> None:
+        entry = self._held[value]
+        entry[1] -= 1
+        if not entry[1]:
+            del self._held[value]
+
+    def nbytes(self) -> int:
+        """Bytes of the shared tuples, their pairs and this table (the strings are interned elsewhere)."""
+        pairs = {id(p): sys.getsizeof(p) for value, _ in self._held.values() for p in value}
+        return (sys.getsizeof(self._held) + sum(sys.getsizeof(e) + sys.getsizeof(e[0]) for e in self._held.values())
+                + sum(pairs.values()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +223,14 @@ class SeriesRegistry:
         #: canonical keys and raw-order aliases -> id (the hot path indexes it directly)
         self._ids: dict[Any, int] = {}
         self.raw_ids = self._ids
+        #: per id: the series' key, or None for an id that is free
+        self.keys: list[SeriesKey | None] = []
         #: per id: the series, or :data:`FREE` for an id that is free
-        self.meta: list[SeriesMeta] = []
+        self.meta = SeriesMetas(self)
         self.counter = np.zeros(0, dtype=bool)
-        self.scale = np.ones(0)
+        #: float32 while every factor is one float32 holds exactly (the catalogue's are 1 and 4), else
+        #: float64: the rate stage multiplies in float64 either way, so the rates are the same
+        self.scale = np.ones(0, dtype=np.float32)
         self.layer_code = np.zeros(0, dtype=np.int8)
         self.unknown = np.zeros(0, dtype=bool)
         #: per id: True while a series holds it
@@ -160,8 +240,11 @@ class SeriesRegistry:
         #: live series per source
         self.per_source: dict[str, int] = {}
         self._live = 0
-        #: raw-order aliases per id (only for series first seen with their labels out of order)
-        self._aliases: dict[int, list[Any]] = {}
+        #: per id: its raw-order alias keys (None, one key or a list of them: only for series seen with
+        #: their labels out of order)
+        self._aliases: list[Any] = []
+        #: the label tuples of keys and aliases, one object for equal ones
+        self._labels = _Shared()
         #: ids given out (new or reused) since the last :meth:`take_added`
         self._added: list[int] = []
         #: :meth:`snapshot`'s rows so far (kept up to date on reuse and eviction; new ids are appended)
@@ -173,7 +256,7 @@ class SeriesRegistry:
     @property
     def size(self) -> int:
         """The id space: every id ever given out is below it (live or free)."""
-        return len(self.meta)
+        return len(self.keys)
 
     def lookup_raw(self, key: Any) -> int:
         """Id of a known series by its raw-order key, or -1 (also for unhashable garbage)."""
@@ -194,10 +277,7 @@ class SeriesRegistry:
             if self.per_source.get(source, 0) >= lim.max_per_source:
                 return REFUSED_SOURCE
             sid = self._add(layer, source, metric, labels, kind)
-        alias = raw_key(layer, source, metric, labels)
-        if alias != key and alias not in self._ids:
-            self._ids[alias] = sid
-            self._aliases.setdefault(sid, []).append(alias)
+        self._alias(sid, labels)
         return sid
 
     def id_for(self, layer: str, source: str, metric: str, labels: dict[str, str], kind: str | None) -> int:
@@ -207,20 +287,40 @@ class SeriesRegistry:
             raise SeriesLimitExceeded(f"series cap ({REFUSED_REASONS[sid]}) refuses {layer}/{source}/{metric}")
         return sid
 
+    def _alias(self, sid: int, labels: dict[str, str]) -> None:
+        """Let the labels' own order find series ``sid`` too (the hot path looks keys up unsorted)."""
+        if len(labels) < 2:
+            return
+        key = self.keys[sid]
+        assert key is not None
+        pairs = {p[0]: p for p in key[3]}  # the key's own pairs: the alias holds no strings of its own
+        raw = tuple(pairs[name] for name in labels)
+        if raw == key[3]:
+            return
+        alias = (key[0], key[1], key[2], raw)
+        if alias in self._ids:
+            return
+        alias = (key[0], key[1], key[2], self._labels.take(raw))
+        self._ids[alias] = sid
+        held = self._aliases[sid]
+        self._aliases[sid] = alias if held is None else [*held, alias] if type(held) is list else [held, alias]
+
     def _add(self, layer: str, source: str, metric: str, labels: dict[str, str], kind: str | None,
              sid: int | None = None) -> int:
         if sid is None:
-            sid = self.free.pop() if self.free else len(self.meta)
+            sid = self.free.pop() if self.free else len(self.keys)
         source = sys.intern(source)
-        key: SeriesKey = (sys.intern(layer), source, sys.intern(metric), _intern_labels(labels))
+        key: SeriesKey = (sys.intern(layer), source, sys.intern(metric), self._labels.take(_intern_labels(labels)))
         info = lookup(metric, kind)
         self._ids[key] = sid
-        meta = SeriesMeta(key, info)
-        if sid >= len(self.meta):
-            self.meta.extend([FREE] * (sid + 1 - len(self.meta)))
-        self.meta[sid] = meta
+        if sid >= len(self.keys):
+            self.keys.extend([None] * (sid + 1 - len(self.keys)))
+            self._aliases.extend([None] * (sid + 1 - len(self._aliases)))
+        self.keys[sid] = key
         self._ensure(sid + 1)
         self.counter[sid] = info.counter
+        if self.scale.dtype != np.float64 and float(np.float32(info.scale)) != info.scale:
+            self.scale = self.scale.astype(np.float64)
         self.scale[sid] = info.scale
         self.layer_code[sid] = LAYER_CODES.get(layer, 0)
         self.unknown[sid] = info.meaning.value == "unknown"
@@ -229,7 +329,7 @@ class SeriesRegistry:
         self.per_source[source] = self.per_source.get(source, 0) + 1
         self._added.append(sid)
         if sid < len(self._snapshot_rows):
-            self._snapshot_rows[sid] = _row(meta)
+            self._snapshot_rows[sid] = _row(SeriesMeta(key, info))
         return sid
 
     def _ensure(self, size: int) -> None:
@@ -257,15 +357,20 @@ class SeriesRegistry:
             meta = self.meta[sid]
             if meta is FREE:
                 continue
+            self.keys[sid] = None
             del self._ids[meta.key]
-            for alias in self._aliases.pop(sid, ()):
-                del self._ids[alias]
+            self._labels.drop(meta.key[3])
+            held = self._aliases[sid]
+            if held is not None:
+                for alias in held if type(held) is list else (held,):
+                    del self._ids[alias]
+                    self._labels.drop(alias[3])
+                self._aliases[sid] = None
             left = self.per_source[meta.source] - 1
             if left:
                 self.per_source[meta.source] = left
             else:
                 del self.per_source[meta.source]
-            self.meta[sid] = FREE
             self.free.append(sid)
             if sid < len(rows):
                 rows[sid] = None
@@ -283,8 +388,9 @@ class SeriesRegistry:
         catalogue) and the free ids in reuse order. Read-only: the rows are kept and updated by later
         calls."""
         rows = self._snapshot_rows
-        if len(rows) < len(self.meta):
-            rows.extend(None if m is FREE else _row(m) for m in self.meta[len(rows):])
+        meta = self.meta
+        if len(rows) < len(meta):
+            rows.extend(None if self.keys[sid] is None else _row(meta[sid]) for sid in range(len(rows), len(meta)))
         return {"rows": rows, "free": self.free}
 
     @classmethod
@@ -299,12 +405,10 @@ class SeriesRegistry:
                 continue
             layer, source, metric, labels, kind = row
             reg._add(layer, source, metric, labels, kind, sid=sid)
-            alias = raw_key(layer, source, metric, labels)
-            if alias != reg.meta[sid].key:
-                reg._ids[alias] = sid
-                reg._aliases.setdefault(sid, []).append(alias)
-        if len(rows) > len(reg.meta):  # trailing free ids
-            reg.meta.extend([FREE] * (len(rows) - len(reg.meta)))
+            reg._alias(sid, labels)
+        if len(rows) > len(reg.keys):  # trailing free ids
+            reg.keys.extend([None] * (len(rows) - len(reg.keys)))
+            reg._aliases.extend([None] * (len(rows) - len(reg._aliases)))
             reg._ensure(len(rows))
         reg.free = [int(sid) for sid in free]
         if sorted(reg.free) != [sid for sid, row in enumerate(rows) if row is None]:
@@ -312,14 +416,15 @@ class SeriesRegistry:
         return reg
 
     def nbytes(self) -> int:
-        """Approximate bytes held by the registry (keys, metadata, per-series arrays)."""
+        """Approximate bytes held by the registry: the per-series arrays, the id table and lists, each
+        key and alias, and the shared label tuples once (not the strings: they
+        are interned, one per distinct name or value, and :meth:`snapshot`'s rows once taken)."""
         arrays = (self.counter.nbytes + self.scale.nbytes + self.layer_code.nbytes + self.unknown.nbytes
                   + self.live.nbytes)
-        objects = sys.getsizeof(self._ids) + sys.getsizeof(self.meta) + sys.getsizeof(self.free)
-        for key, sid in self._ids.items():
-            if self.meta[sid].key is key:
-                objects += sys.getsizeof(key) + sys.getsizeof(key[3]) + sum(sys.getsizeof(p) for p in key[3])
-                objects += sys.getsizeof(self.meta[sid])
+        objects = (sys.getsizeof(self._ids) + sys.getsizeof(self.keys) + sys.getsizeof(self.free)
+                   + sys.getsizeof(self._aliases) + self._labels.nbytes())
+        objects += sum(sys.getsizeof(key) for key in self._ids)
+        objects += sum(sys.getsizeof(a) for a in self._aliases if type(a) is list)
         return arrays + objects
 
 
