@@ -20,6 +20,7 @@ look-ups only).
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,12 +118,14 @@ class SeriesMetas:
         key = self._reg.keys[sid]
         if key is None:
             return FREE
+        if len(key[3]) > 1:  # held in the order the labels first came in: the identity is sorted
+            key = (key[0], key[1], key[2], tuple(sorted(key[3])))
         return SeriesMeta(key, lookup(key[2], "counter" if self._reg.counter[sid] else "gauge"))
 
 
 def _intern_labels(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    items = sorted(labels.items()) if len(labels) > 1 else list(labels.items())
-    return tuple((sys.intern(k), sys.intern(v) if len(v) <= 64 else v) for k, v in items)
+    """The label pairs in their own order, names and (short) values interned."""
+    return tuple((sys.intern(k), sys.intern(v) if len(v) <= 64 else v) for k, v in labels.items())
 
 
 class _Shared:
@@ -150,6 +153,9 @@ class _Shared:
 
     def __len__(self) -> int:
         return len(self._held)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._held)
 
     def take(self, value: Any) -> Any:
         entry = self._held.get(value)
@@ -220,10 +226,11 @@ class SeriesRegistry:
 
     def __init__(self, limits: SeriesLimits | None = None) -> None:
         self.limits = limits or SeriesLimits()
-        #: canonical keys and raw-order aliases -> id (the hot path indexes it directly)
+        #: keys with the labels in the order they come in -> id (the hot path indexes it directly):
+        #: each series' key, and an alias key for each other order it was seen in
         self._ids: dict[Any, int] = {}
         self.raw_ids = self._ids
-        #: per id: the series' key, or None for an id that is free
+        #: per id: the series' key (labels in the order first seen), or None for an id that is free
         self.keys: list[SeriesKey | None] = []
         #: per id: the series, or :data:`FREE` for an id that is free
         self.meta = SeriesMetas(self)
@@ -240,11 +247,14 @@ class SeriesRegistry:
         #: live series per source
         self.per_source: dict[str, int] = {}
         self._live = 0
-        #: per id: its raw-order alias keys (None, one key or a list of them: only for series seen with
-        #: their labels out of order)
+        #: per id: its alias keys (None, one key or a list of them: only for series seen with their
+        #: labels in more than one order)
         self._aliases: list[Any] = []
         #: the label tuples of keys and aliases, one object for equal ones
         self._labels = _Shared()
+        #: the orders label names came in (in keys and aliases), by the sorted names: where a series
+        #: seen in one order is looked for when its labels come in another
+        self._orders: dict[tuple[str, ...], _Shared] = {}
         #: ids given out (new or reused) since the last :meth:`take_added`
         self._added: list[int] = []
         #: :meth:`snapshot`'s rows so far (kept up to date on reuse and eviction; new ids are appended)
@@ -268,17 +278,53 @@ class SeriesRegistry:
     def admit(self, layer: str, source: str, metric: str, labels: dict[str, str], kind: str | None) -> int:
         """The id of a series, registering it if it is new and the limits allow; else
         :data:`REFUSED_PARTITION` or :data:`REFUSED_SOURCE` (nothing is registered)."""
-        key = series_key(layer, source, metric, labels)
-        sid = self._ids.get(key)
-        if sid is None:
-            lim = self.limits
-            if self._live >= lim.max_series:
-                return REFUSED_PARTITION
-            if self.per_source.get(source, 0) >= lim.max_per_source:
-                return REFUSED_SOURCE
-            sid = self._add(layer, source, metric, labels, kind)
-        self._alias(sid, labels)
-        return sid
+        sid = self._ids.get(raw_key(layer, source, metric, labels))
+        if sid is not None:
+            return sid
+        sid = self._find(layer, source, metric, labels)
+        if sid is not None:  # a known series, its labels in another order
+            self._alias(sid, labels)
+            return sid
+        lim = self.limits
+        if self._live >= lim.max_series:
+            return REFUSED_PARTITION
+        if self.per_source.get(source, 0) >= lim.max_per_source:
+            return REFUSED_SOURCE
+        return self._add(layer, source, metric, labels, kind)
+
+    def _find(self, layer: str, source: str, metric: str, labels: dict[str, str]) -> int | None:
+        """The id of the series with these labels held under another order of their names, or None."""
+        if len(labels) < 2:
+            return None
+        names = tuple(labels)
+        for order in self._orders.get(tuple(sorted(names)), ()):
+            if order != names:
+                sid = self._ids.get((layer, source, metric, tuple((n, labels[n]) for n in order)))
+                if sid is not None:
+                    return sid
+        return None
+
+    def _hold(self, key: SeriesKey, sid: int) -> None:
+        """Index ``key`` (a series' key or alias) for ``sid``, its label order known to :meth:`_find`."""
+        self._ids[key] = sid
+        if len(key[3]) > 1:
+            names = tuple(name for name, _ in key[3])
+            orders = self._orders.get(tuple(sorted(names)))
+            if orders is None:
+                orders = self._orders[tuple(sorted(names))] = _Shared()
+            orders.take(names)
+
+    def _release(self, key: SeriesKey) -> None:
+        """Undo :meth:`_hold` (and the key's share of its label tuple)."""
+        del self._ids[key]
+        self._labels.drop(key[3])
+        if len(key[3]) > 1:
+            names = tuple(name for name, _ in key[3])
+            index = tuple(sorted(names))
+            orders = self._orders[index]
+            orders.drop(names)
+            if not len(orders):
+                del self._orders[index]
 
     def id_for(self, layer: str, source: str, metric: str, labels: dict[str, str], kind: str | None) -> int:
         """The id of a series, registered if new; raises :class:`SeriesLimitExceeded` if refused."""
@@ -288,22 +334,23 @@ class SeriesRegistry:
         return sid
 
     def _alias(self, sid: int, labels: dict[str, str]) -> None:
-        """Let the labels' own order find series ``sid`` too (the hot path looks keys up unsorted)."""
-        if len(labels) < 2:
-            return
+        """Let the labels' own order find series ``sid`` too (the hot path looks keys up unsorted).
+
+        A series held in sorted order with no alias yet (as :meth:`restore` holds every series: the
+        snapshot's rows are sorted) is held in this order instead: after a restore each series
+        again has one key, the order its source sends.
+        """
         key = self.keys[sid]
         assert key is not None
         pairs = {p[0]: p for p in key[3]}  # the key's own pairs: the alias holds no strings of its own
-        raw = tuple(pairs[name] for name in labels)
-        if raw == key[3]:
-            return
-        alias = (key[0], key[1], key[2], raw)
-        if alias in self._ids:
-            return
-        alias = (key[0], key[1], key[2], self._labels.take(raw))
-        self._ids[alias] = sid
+        alias: SeriesKey = (key[0], key[1], key[2], self._labels.take(tuple(pairs[name] for name in labels)))
         held = self._aliases[sid]
-        self._aliases[sid] = alias if held is None else [*held, alias] if type(held) is list else [held, alias]
+        if held is None and list(key[3]) == sorted(key[3]):
+            self._release(key)
+            self.keys[sid] = alias
+        else:
+            self._aliases[sid] = alias if held is None else [*held, alias] if type(held) is list else [held, alias]
+        self._hold(alias, sid)
 
     def _add(self, layer: str, source: str, metric: str, labels: dict[str, str], kind: str | None,
              sid: int | None = None) -> int:
@@ -312,7 +359,7 @@ class SeriesRegistry:
         source = sys.intern(source)
         key: SeriesKey = (sys.intern(layer), source, sys.intern(metric), self._labels.take(_intern_labels(labels)))
         info = lookup(metric, kind)
-        self._ids[key] = sid
+        self._hold(key, sid)
         if sid >= len(self.keys):
             self.keys.extend([None] * (sid + 1 - len(self.keys)))
             self._aliases.extend([None] * (sid + 1 - len(self._aliases)))
@@ -329,7 +376,7 @@ class SeriesRegistry:
         self.per_source[source] = self.per_source.get(source, 0) + 1
         self._added.append(sid)
         if sid < len(self._snapshot_rows):
-            self._snapshot_rows[sid] = _row(SeriesMeta(key, info))
+            self._snapshot_rows[sid] = _row(self.meta[sid])
         return sid
 
     def _ensure(self, size: int) -> None:
@@ -357,14 +404,14 @@ class SeriesRegistry:
             meta = self.meta[sid]
             if meta is FREE:
                 continue
+            key = self.keys[sid]
+            assert key is not None
+            self._release(key)
             self.keys[sid] = None
-            del self._ids[meta.key]
-            self._labels.drop(meta.key[3])
             held = self._aliases[sid]
             if held is not None:
                 for alias in held if type(held) is list else (held,):
-                    del self._ids[alias]
-                    self._labels.drop(alias[3])
+                    self._release(alias)
                 self._aliases[sid] = None
             left = self.per_source[meta.source] - 1
             if left:
@@ -381,7 +428,9 @@ class SeriesRegistry:
         return gone
 
     def get(self, key: SeriesKey) -> int | None:
-        return self._ids.get(key)
+        """The id of the series ``key`` names (its labels in any order), or None."""
+        sid = self._ids.get(key)
+        return sid if sid is not None else self._find(key[0], key[1], key[2], dict(key[3]))
 
     def snapshot(self) -> dict[str, Any]:
         """Plain data: the keys in id order (``None`` for a free id; metadata is rebuilt from the
@@ -405,7 +454,6 @@ class SeriesRegistry:
                 continue
             layer, source, metric, labels, kind = row
             reg._add(layer, source, metric, labels, kind, sid=sid)
-            reg._alias(sid, labels)
         if len(rows) > len(reg.keys):  # trailing free ids
             reg.keys.extend([None] * (len(rows) - len(reg.keys)))
             reg._aliases.extend([None] * (len(rows) - len(reg._aliases)))
@@ -422,7 +470,8 @@ class SeriesRegistry:
         arrays = (self.counter.nbytes + self.scale.nbytes + self.layer_code.nbytes + self.unknown.nbytes
                   + self.live.nbytes)
         objects = (sys.getsizeof(self._ids) + sys.getsizeof(self.keys) + sys.getsizeof(self.free)
-                   + sys.getsizeof(self._aliases) + self._labels.nbytes())
+                   + sys.getsizeof(self._aliases) + self._labels.nbytes()
+                   + sum(sys.getsizeof(k) + orders.nbytes() for k, orders in self._orders.items()))
         objects += sum(sys.getsizeof(key) for key in self._ids)
         objects += sum(sys.getsizeof(a) for a in self._aliases if type(a) is list)
         return arrays + objects
