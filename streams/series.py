@@ -20,7 +20,7 @@ look-ups only).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,10 +157,11 @@ class _Shared:
     def __iter__(self) -> Iterator[Any]:
         return iter(self._held)
 
-    def take(self, value: Any) -> Any:
+    def take(self, value: Any, make: Callable[[Any], Any] | None = None) -> Any:
+        """The shared object for ``value`` (``value`` itself, or ``make(value)`` when first taken)."""
         entry = self._held.get(value)
         if entry is None:
-            entry = self._held[value] = [value, 0]
+            entry = self._held[value] = [value if make is None else make(value), 0]
         entry[1] += 1
         return entry[0]
 
@@ -259,6 +260,8 @@ class SeriesRegistry:
         self._added: list[int] = []
         #: :meth:`snapshot`'s rows so far (kept up to date on reuse and eviction; new ids are appended)
         self._snapshot_rows: list[list[Any] | None] = []
+        #: the rows' label mappings, one for equal labels (by the sorted label tuple)
+        self._row_labels = _Shared()
 
     def __len__(self) -> int:
         return self._live
@@ -376,8 +379,15 @@ class SeriesRegistry:
         self.per_source[source] = self.per_source.get(source, 0) + 1
         self._added.append(sid)
         if sid < len(self._snapshot_rows):
-            self._snapshot_rows[sid] = _row(self.meta[sid])
+            self._snapshot_rows[sid] = self._row(sid)
         return sid
+
+    def _row(self, sid: int) -> list[Any]:
+        """Series ``sid``'s row of :meth:`snapshot`: layer, source, metric, labels (a mapping shared by
+        the rows with equal labels: rows are read-only), kind."""
+        m = self.meta[sid]
+        labels = self._row_labels.take(m.key[3], dict)
+        return [m.layer, m.source, m.metric, labels, "counter" if m.info.counter else "gauge"]
 
     def _ensure(self, size: int) -> None:
         if size > self.counter.shape[0]:
@@ -419,8 +429,9 @@ class SeriesRegistry:
             else:
                 del self.per_source[meta.source]
             self.free.append(sid)
-            if sid < len(rows):
+            if sid < len(rows) and rows[sid] is not None:
                 rows[sid] = None
+                self._row_labels.drop(meta.key[3])
             gone.append(meta)
         if gone:
             self.live[sids] = False
@@ -437,9 +448,8 @@ class SeriesRegistry:
         catalogue) and the free ids in reuse order. Read-only: the rows are kept and updated by later
         calls."""
         rows = self._snapshot_rows
-        meta = self.meta
-        if len(rows) < len(meta):
-            rows.extend(None if self.keys[sid] is None else _row(meta[sid]) for sid in range(len(rows), len(meta)))
+        if len(rows) < len(self.keys):
+            rows.extend(None if self.keys[sid] is None else self._row(sid) for sid in range(len(rows), len(self.keys)))
         return {"rows": rows, "free": self.free}
 
     @classmethod
@@ -475,10 +485,6 @@ class SeriesRegistry:
         objects += sum(sys.getsizeof(key) for key in self._ids)
         objects += sum(sys.getsizeof(a) for a in self._aliases if type(a) is list)
         return arrays + objects
-
-
-def _row(m: SeriesMeta) -> list[Any]:
-    return [m.layer, m.source, m.metric, m.labels, "counter" if m.info.counter else "gauge"]
 
 
 #: Per-series arrays grow in steps of this many rows, and by this factor.

@@ -67,9 +67,26 @@ def test_job_churn_leaves_no_label_tuples_keys_or_orders_behind() -> None:
                                  dict(sorted(gpu_labels(g // 2, g % 2, f"job{job}").items())), None) for g in range(8)]
         assert sorted(ids) == list(range(8)) and sorted_too == ids
         assert len(reg._labels) == 16 and len(reg._ids) == 16 and len(reg._orders) == 1
+        if job % 2:  # a snapshot now and then: its rows are kept, and go with their series
+            rows = reg.snapshot()["rows"]
+            assert len(reg._row_labels) == 8 and all(row[3] == reg.meta[sid].labels for sid, row in enumerate(rows))
         reg.evict(np.array(ids))
         assert len(reg._labels) == 0 and len(reg._ids) == 0 and not reg._orders and reg._aliases == [None] * 8
+        assert len(reg._row_labels) == 0
     assert reg.size == 8
+
+
+def test_snapshot_rows_of_equal_labels_share_one_mapping() -> None:
+    reg = SeriesRegistry()
+    a = reg.id_for("gpu", "n1", "DCGM_FI_DEV_GPU_UTIL", gpu_labels(1, 0, "j1"), None)
+    b = reg.id_for("gpu", "n1", "DCGM_FI_DEV_POWER_USAGE", gpu_labels(1, 0, "j1"), None)
+    rows = reg.snapshot()["rows"]
+    assert rows[a][3] is rows[b][3] and list(rows[a][3]) == ["UUID", "gpu", "hpc_job"]
+    c = reg.id_for("gpu", "n2", "DCGM_FI_DEV_GPU_UTIL", gpu_labels(1, 0, "j1"), None)
+    assert reg.snapshot()["rows"][c][3] is rows[a][3]
+    assert orjson.loads(orjson.dumps(reg.snapshot()))["rows"][c] == ["gpu", "n2", "DCGM_FI_DEV_GPU_UTIL",
+                                                                    {"UUID": "GPU-1-0", "gpu": "0", "hpc_job": "j1"},
+                                                                    "gauge"]
 
 
 def test_meta_is_rebuilt_from_the_key_and_the_kind() -> None:
