@@ -1,10 +1,12 @@
 """A partition snapshot written by main at faaa674 restores, and the run goes on the same.
 
-tests/fixtures/pipeline/snapshot_faaa674.json (see make_snapshot.py next to it) holds the snapshot
-(series registry with free ids and out-of-order labels, rates, detector and sketch arrays with
-their stored panes), the input after it, what it produced and the state at the end. The registry,
-the sketch and the growth of the arrays have changed since (labels shared, panes derived, not
-stored): the restored partition must give the same records and, at the end, the same snapshot.
+tests/fixtures/pipeline/snapshot_faaa674.json (written by make_pipeline_snapshot.py next to it: not
+make_snapshot.py, the correlator fixture's generator has that name) holds the snapshot (series
+registry with free ids and sorted labels, rates, detector and sketch arrays with their stored
+panes), the input after it, what a partition restored from it produced and its state at the end.
+The registry, the sketch and the growth of the arrays have changed since (one key a series, labels
+shared, panes derived, not stored): the restored partition must give the same records and, at the
+end, the same snapshot.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from streams.pipeline import PartitionPipeline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pipeline"
 sys.path.insert(0, str(FIXTURES))
-from make_snapshot import CONFIG, SNAPSHOT_AT, feed, inventory, state  # noqa: E402
+from make_pipeline_snapshot import CONFIG, SNAPSHOT_AT, feed, inventory, state  # noqa: E402
 
 
 @pytest.fixture(scope="module")
