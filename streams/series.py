@@ -10,11 +10,11 @@ reuses the ids of evicted series, so the per-series arrays elsewhere are as long
 held at once, never the number ever seen.
 
 Memory: strings are interned (a metric name, a label name, a source is stored once however many
-series share it), and so are label tuples (the series of a GPU's metrics share one); the labels are
-kept only as the key's sorted tuple. Per series the registry holds its key (and an alias key when
-its labels arrive out of order), the id table's entries and a few bytes of arrays;
-:class:`SeriesMeta` is built on each look-up, with the label mapping (anomalies and inventory
-look-ups only).
+series share it), and so are label tuples (the series of a GPU's metrics share one). Per series the
+registry holds one key, its labels in the order its source sends them (what the hot path looks up;
+an alias key only for a series seen in more than one order), its id-table entry and a few bytes of
+arrays. A series' identity is still its sorted key (:func:`series_key`): :class:`SeriesMeta`,
+built on each look-up, carries it, with the label mapping in sorted order.
 """
 
 from __future__ import annotations
