@@ -510,7 +510,8 @@ def state_per_series(series_target: int) -> dict[str, Any]:
 
     Measured three ways: allocated numpy arrays plus the registry's objects (``state_bytes``), the
     Python heap growth seen by tracemalloc while the series are created and learned, and the snapshot
-    (what the changelog carries).
+    (what the changelog carries). The partition's series cap is raised to hold the target (the default
+    cap, 50,000, would measure 50,000 series however many are asked for).
     """
     import tracemalloc
 
@@ -518,6 +519,7 @@ def state_per_series(series_target: int) -> dict[str, Any]:
     from streams.detect import DetectorConfig
     from streams.inventory import InventoryIndex
     from streams.pipeline import Origin, PartitionPipeline
+    from streams.series import SeriesLimits
 
     per_gpu = LoadGenerator(LoadSpec(gpus=64)).series / 64
     gen = LoadGenerator(LoadSpec(gpus=max(8, int(series_target / per_gpu))))
@@ -529,7 +531,8 @@ def state_per_series(series_target: int) -> dict[str, Any]:
     scrapes = [[(v, Origin("t", 0, i)) for i, (_, _, v) in enumerate(gen.messages(k))] for k in range(3)]
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    pipe = PartitionPipeline("t:0", DetectorConfig(), inv)
+    limits = SeriesLimits(max_series=max(SeriesLimits().max_series, 2 * series_target))
+    pipe = PartitionPipeline("t:0", DetectorConfig(limits=limits), inv)
     for msgs in scrapes:
         pipe.process_many(msgs)
     heap = tracemalloc.get_traced_memory()[0] - before

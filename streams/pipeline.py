@@ -378,12 +378,14 @@ class PartitionPipeline:
             self.clocks.restore(meta["clocks"])
 
     def state_bytes(self) -> dict[str, float]:
-        """Bytes of state by part (numpy arrays at their allocated capacity, plus the registry)."""
+        """Bytes of state by part (numpy arrays at their allocated capacity, plus the registry); ``lanes``
+        is this object's own per-series arrays (lane, job set and its inventory version, source code)."""
         n = max(len(self.registry), 1)
         parts = {k: v * max(self.detector.mode.shape[0], 1) for k, v in self.detector.nbytes_per_series().items()}
         parts["rates"] = float(self.rates.last_ts.nbytes + self.rates.last_value.nbytes)
         parts["registry"] = float(self.registry.nbytes())
-        parts["lanes"] = float(self._lane.nbytes + self._jobset.nbytes + self._jobset_version.nbytes)
+        parts["lanes"] = float(self._lane.nbytes + self._jobset.nbytes + self._jobset_version.nbytes
+                               + self._src_code.nbytes)
         parts["per_series"] = sum(parts.values()) / n
         return parts
 

@@ -17,7 +17,8 @@ as latencies, times, rates and utilisations). Counters are ``uint16`` by default
 per bucket and pane (use ``uint32`` for sources above ~18 samples/s into one 1-hour pane).
 
 Memory per series with the defaults (windows 60/300/3600 s, 64 buckets, uint16): 3 * 2 * 64 * 2 bytes
-of counts + 36 bytes of bookkeeping = 804 bytes, whatever the sample rate.
+of counts + 13 bytes of bookkeeping (grid offset, started flag, latest event time; each window's
+current pane follows from the latest event time) = 781 bytes, whatever the sample rate.
 
 >>> rp = RollingPercentiles(SketchConfig(windows=(60.0,)))
 >>> rp.register(0)
@@ -67,7 +68,6 @@ class RollingPercentiles:
         self._w = np.asarray(cfg.windows, dtype=np.float64)
         self._windex = np.arange(nw)
         self.counts = np.zeros((0, nw, 2, b), dtype=cfg.dtype)
-        self.pane = np.full((0, nw), _NO_PANE, dtype=np.int64)
         self.offset = np.zeros(0, dtype=np.int32)  # key of bucket 1's upper edge minus 1
         self.started = np.zeros(0, dtype=bool)
         self.last_ts = np.full(0, np.nan)
@@ -81,7 +81,6 @@ class RollingPercentiles:
         size = sid + 1
         if size > self.offset.shape[0]:
             self.counts = grow(self.counts, size, 0)
-            self.pane = grow(self.pane, size, _NO_PANE)
             self.offset = grow(self.offset, size, 0)
             self.started = grow(self.started, size, False)
             self.last_ts = grow(self.last_ts, size, np.nan)
@@ -90,10 +89,23 @@ class RollingPercentiles:
         """Forget series ``ids``: their rows as :meth:`register` leaves a new one (ids are reused)."""
         ids = ids[ids < self.offset.shape[0]]
         self.counts[ids] = 0
-        self.pane[ids] = _NO_PANE
         self.offset[ids] = 0
         self.started[ids] = False
         self.last_ts[ids] = np.nan
+
+    def _panes(self, last_ts: np.ndarray) -> np.ndarray:
+        """Each window's current pane of series whose latest sample is at ``last_ts``: shape
+        ``(len(last_ts), windows)``, :data:`_NO_PANE` before a first sample.
+
+        Not stored: a pane only ever moves to that of a later sample, so it is the latest sample's
+        (``floor`` of a division by a positive width never decreases), the very division :meth:`add`
+        places a sample with.
+        """
+        none = np.isnan(last_ts)
+        p = np.floor(np.where(none, 0.0, last_ts)[:, None] / self._w[None, :]).astype(np.int64)
+        if none.any():
+            p[none] = _NO_PANE
+        return p
 
     # -- grid -----------------------------------------------------------------------------------
     def _keys(self, x: np.ndarray) -> np.ndarray:
@@ -139,10 +151,11 @@ class RollingPercentiles:
         if ids.size == 0:
             return
         bucket = self._bucket(ids, x)
-        self.last_ts[ids] = np.fmax(self.last_ts[ids], ts)
+        last = self.last_ts[ids]
+        cur = self._panes(last)
+        self.last_ts[ids] = np.fmax(last, ts)  # the panes move with it (to p where adv >= 1)
         # All windows at once: (row, window) pairs are independent.
         p = np.floor(ts[:, None] / self._w[None, :]).astype(np.int64)
-        cur = self.pane[ids]
         adv = p - cur
         moved = adv >= 1
         if moved.any():  # most rounds stay inside every window's current pane: nothing rolls
@@ -156,7 +169,6 @@ class RollingPercentiles:
             if reset.any():
                 r, w = np.nonzero(reset)
                 self.counts[ids[r], w] = 0
-            self.pane[ids] = np.where(moved, p, cur)
         # One flat index per (row, window): slot 0 (current pane) or 1 (the one before), the value's bucket.
         nw, b = adv.shape[1], self.counts.shape[-1]
         flat = ((ids[:, None] * nw + self._windex) * 2 + (adv < 0)) * b + bucket[:, None]
@@ -206,10 +218,11 @@ class RollingPercentiles:
             for k in np.flatnonzero((top > np.iinfo(np.int64).min) & (j_top > b - 1)).tolist():
                 self._shift(int(uniq[k]), int(j_top[k] - (b - 1)))
         bucket = np.where(pos, np.clip(keys - self.offset[ids] + 1, 1, b - 1), 0)
-        np.fmax.at(self.last_ts, ids, ts)
+        panes0 = self._panes(self.last_ts[uniq])
+        np.fmax.at(self.last_ts, ids, ts)  # each window's pane moves to ``final`` with it
         for wi in range(self._w.shape[0]):
             p = np.floor(ts / self._w[wi]).astype(np.int64)
-            cur0 = self.pane[uniq, wi]
+            cur0 = panes0[:, wi]
             latest = np.full(uniq.size, np.iinfo(np.int64).min)
             np.maximum.at(latest, inv, p)
             final = np.maximum(cur0, latest)
@@ -226,7 +239,6 @@ class RollingPercentiles:
             ok = (rel <= 1) & ~late
             np.add.at(new, (inv[ok], rel[ok], bucket[ok]), 1)
             self.counts[uniq, wi] = np.minimum(new, self._max)
-            self.pane[uniq, wi] = final
 
     # -- reads ----------------------------------------------------------------------------------
     def window_counts(self, ids: np.ndarray, window: int, now: np.ndarray | float | None = None) -> np.ndarray:
@@ -238,7 +250,7 @@ class RollingPercentiles:
         frac = (t - p_now * w) / w
         cur = self.counts[ids, window, 0].astype(np.float64)
         prev = self.counts[ids, window, 1].astype(np.float64)
-        gap = p_now - self.pane[ids, window]
+        gap = p_now - self._panes(self.last_ts[ids])[:, window]
         keep_prev = np.where(gap == 0, 1.0 - frac, 0.0)
         keep_cur = np.where(gap == 0, 1.0, np.where(gap == 1, 1.0 - frac, 0.0))
         return cur * keep_cur[:, None] + prev * keep_prev[:, None]  # type: ignore[no-any-return]
@@ -280,13 +292,19 @@ class RollingPercentiles:
         return self.window_counts(ids, window % self._w.shape[0], now).sum(axis=1)  # type: ignore[no-any-return]
 
     # -- state ----------------------------------------------------------------------------------
-    _FIELDS = ("counts", "pane", "offset", "started", "last_ts")
+    _FIELDS = ("counts", "offset", "started", "last_ts")
 
     def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
+        """The first ``n`` series' state; ``sketch.pane`` too (derived, not held), so that a worker of
+        a version that stored it restores this snapshot."""
         n = len(self) if n is None else n
-        return {f"sketch.{k}": getattr(self, k)[:n].copy() for k in self._FIELDS}
+        out = {f"sketch.{k}": getattr(self, k)[:n].copy() for k in self._FIELDS}
+        out["sketch.pane"] = self._panes(self.last_ts[:n])
+        return out
 
     def restore(self, data: dict[str, np.ndarray]) -> None:
+        """The state of :meth:`snapshot` (its ``sketch.pane`` is not read: the panes follow from
+        ``sketch.last_ts``)."""
         n = data["sketch.offset"].shape[0]
         if data["sketch.counts"].shape[1:] != self.counts.shape[1:]:
             raise ValueError("snapshot sketch shape differs from the configured windows/buckets")

@@ -1,0 +1,20 @@
+"""The bench's state figure (issue 23: <= 1.5 KB a series), at a size a test can afford.
+
+``state_per_series`` builds one partition pipeline from load-generator scrapes (GPU labels out of
+order, as DCGM sends them) and counts its arrays at allocated capacity plus the registry.
+"""
+
+from __future__ import annotations
+
+from benchmarks.lockbench import state_per_series
+
+
+def test_state_per_series_stays_under_the_goal_with_one_registry_key_a_series() -> None:
+    st = state_per_series(3_000)
+    parts = st["parts_bytes"]
+    assert st["series"] >= 3_000
+    assert abs(sum(parts.values()) - st["arrays_and_registry_bytes_per_series"]) < 1.0
+    assert st["arrays_and_registry_bytes_per_series"] <= 1_500
+    # one key, one id-table entry and a share of the label tuples a series (two keys were ~300 B)
+    assert parts["registry"] < 250
+    assert 0 < st["snapshot_bytes_per_series"] < 200
