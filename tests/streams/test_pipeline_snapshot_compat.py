@@ -54,9 +54,20 @@ def test_the_old_snapshot_is_worth_testing_with(fixture: dict[str, Any]) -> None
     assert sum(len(o["dead_letters"]) for o in fixture["output_after"]) == 1
 
 
+#: Arrays whose rule changed since the fixture was written (learning them differently is the change):
+#: their shape and type must still match; their values may not.
+CHANGED_SINCE_FIXTURE = {
+    "detect.robust.novel": "052131d: the largest-surprise memory learns once the scale has settled",
+}
+
+
 def test_an_old_snapshot_restores_to_the_same_records_and_the_same_final_state(fixture: dict[str, Any]) -> None:
     pipe = restored(fixture)
     got = feed(pipe, fixture["input_after"], SNAPSHOT_AT)
     assert orjson.dumps(got, option=orjson.OPT_SORT_KEYS) == orjson.dumps(fixture["output_after"],
                                                                           option=orjson.OPT_SORT_KEYS)
-    assert state(pipe.snapshot()) == fixture["state_at_end"]  # sketch.pane included, as old workers read it
+    now, then = state(pipe.snapshot()), fixture["state_at_end"]
+    for name in CHANGED_SINCE_FIXTURE:
+        assert now["arrays"][name][:2] == then["arrays"][name][:2]
+        now["arrays"][name] = then["arrays"][name]
+    assert now == then  # sketch.pane included, as old workers read it
