@@ -348,3 +348,54 @@ def score_corpus(files: Sequence[FileInput], profiles: dict[str, CostMatrix] | N
         out[name] = ProfileResult(name, best.threshold, best.score, null, perfect, norm(best.score), per_file,
                                   **extra)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDetection:
+    """One labelled window at a fixed threshold: its scored rows, its first detection (None: missed) and
+    what that is worth (``-fn`` when missed), and its highest score (how far a miss was from the threshold)."""
+
+    first_row: int
+    last_row: int
+    detected: int | None
+    worth: float
+    peak_row: int
+    peak: float
+
+
+@dataclass(frozen=True, slots=True)
+class FileDetections:
+    """Where one file's NAB score comes from at a fixed threshold: each window's detection, and each row
+    detected outside every window (row, score, worth). The worths add up to the file's score at that
+    threshold (:func:`row_at` of its sweep)."""
+
+    windows: list[WindowDetection]
+    false_positives: list[tuple[int, float, float]]
+
+
+def detections(geo: WindowGeometry, scores: np.ndarray, threshold: float, cost: CostMatrix) -> FileDetections:
+    """The rows behind one file's score at ``threshold`` (a detection is a score ``>= threshold``; only a
+    window's earliest detection counts; probationary rows are not scored).
+
+    >>> geo = window_geometry(list(range(10)), [(4, 6)], probation_percent=0.0)
+    >>> d = detections(geo, np.array([0, 0, 0.6, 0, 0, 0.7, 0.9, 0, 0, 0]), 0.5, PROFILES["standard"])
+    >>> w = d.windows[0]
+    >>> (w.first_row, w.last_row, w.detected, round(w.worth, 4), w.peak_row)
+    (4, 6, 5, 0.9437, 6)
+    >>> [(r, round(x, 2)) for r, _, x in d.false_positives]   # before the first window: -fp
+    [(2, -0.11)]
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    weight = row_weights(geo, cost)
+    hit = scores >= threshold
+    windows = []
+    for k in np.unique(geo.window[geo.window >= 0]):
+        rows = np.flatnonzero(geo.window == k)
+        found = rows[hit[rows]]
+        peak = int(rows[np.argmax(scores[rows])])
+        first = int(found[0]) if found.size else None
+        windows.append(WindowDetection(int(rows[0]), int(rows[-1]), first,
+                                       float(weight[first]) if first is not None else -cost.fn,
+                                       peak, float(scores[peak])))
+    outside = np.flatnonzero((geo.window == OUTSIDE) & hit)
+    return FileDetections(windows, [(int(i), float(scores[i]), float(weight[i])) for i in outside])

@@ -12,6 +12,9 @@
   configuration chosen on every category, the way a developer tunes on what they see).
 - ``--scorer NAME`` runs another per-series scorer of :data:`streams.detect.SCORERS` (``hst``) and
   ``--output score`` scores the per-row ``score`` instead of ``novelty`` (HalfSpaceTrees has no novelty).
+- ``--windows`` adds, per file, where its score at the fixed threshold comes from (standard profile):
+  each labelled window's first detection (row, worth) or its highest score if missed, and every row
+  detected outside the windows (row, score, cost) (:func:`streams.nab.detections`).
 - ``lockstep eval nab DATA_DIR LABELS.json --scores RESULTS_DIR``: score precomputed outputs in NAB's
   results layout (``RESULTS_DIR/<category>/<detector>_<file>.csv`` with an ``anomaly_score`` column)
   instead of running the detector.
@@ -29,7 +32,7 @@ import json
 import sys
 import time
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="the per-series scorer to run (streams.detect.SCORERS; default: the production one)")
     n.add_argument("--output", choices=("novelty", "score"), default="novelty",
                    help="which per-row output NAB scores (default novelty; HalfSpaceTrees has only score)")
+    n.add_argument("--windows", action="store_true",
+                   help="per file, at the fixed threshold (standard profile): each window's first detection "
+                        "and highest score, and the rows detected outside every window")
     n.add_argument("--json", action="store_true", help="one JSON object: totals and per-file results")
     n.set_defaults(handler=run_nab)
     s = ev.add_parser("stragglers", help="per-worker straggler flags on a job's mini-batch times")
@@ -195,6 +201,11 @@ def run_nab(args: argparse.Namespace) -> int:
              for r, (ts, _), s in zip(rels, series, scores, strict=True)]
     results = score_corpus(files, fixed_threshold=threshold)
     doc = _nab_document(results, source, rate, sum(len(v) for _, v in series))
+    found = _detections(files, threshold) if args.windows else {}
+    for name, d in found.items():
+        doc["files"][name]["detections"] = {
+            "windows": [asdict(w) for w in d.windows],
+            "false_positives": [{"row": r, "score": s, "worth": w} for r, s, w in d.false_positives]}
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
@@ -203,6 +214,16 @@ def run_nab(args: argparse.Namespace) -> int:
     for name, row in std.per_file.items():
         fixed = std.at_threshold_per_file[name] if std.at_threshold_per_file else row
         print(f"{name:58s} {row.score:9.3f} {row.tp:4d} {row.fp:4d} {row.fn:4d}   {fixed.score:8.3f}")
+    for name, d in found.items():
+        if not d.windows and not d.false_positives:
+            continue
+        print(f"\n{name}")
+        for w in d.windows:
+            what = (f"detected at {w.detected} ({w.worth:+.3f})" if w.detected is not None
+                    else f"missed ({w.worth:+.3f}), highest {w.peak:.3f} at {w.peak_row}")
+            print(f"  window rows {w.first_row}-{w.last_row}: {what}")
+        if d.false_positives:
+            print("  outside the windows: " + ", ".join(f"{r} ({s:.2f}, {w:+.3f})" for r, s, w in d.false_positives))
     print()
     for name, res in results.items():
         print(f"{name:20s} {res.normalised:7.2f}  (raw {res.raw:.3f}, threshold {res.threshold:.6g}; "
@@ -210,6 +231,14 @@ def run_nab(args: argparse.Namespace) -> int:
     if rate is not None:
         print(f"points scored per second: {rate:,.0f}")
     return 0
+
+
+def _detections(files: list[Any], threshold: float) -> dict[str, Any]:
+    """Per file, :func:`streams.nab.detections` at ``threshold`` under the standard profile."""
+    from streams.nab import PROFILES, detections, window_geometry
+
+    return {f.name: detections(window_geometry(f.timestamps, f.windows), f.scores, threshold, PROFILES["standard"])
+            for f in files}
 
 
 def _standard_at(files: list[Any], threshold: float) -> dict[str, Any]:

@@ -169,3 +169,31 @@ def test_eval_nab_runs_another_scorer_on_the_output_asked_for(tmp_path: Path,
     assert score["files"]["synthetic/one.csv"]["standard@threshold"]["fp"] > 0
     assert score["totals"]["standard"]["at_threshold_raw"] < novelty["totals"]["standard"]["at_threshold_raw"]
     assert main(["eval", "nab", str(data), str(labels), "--scorer", "nope"]) == 2
+
+
+def test_eval_nab_windows_lists_where_the_score_comes_from(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    """``--windows``: each window's first detection and each row detected outside, whose worths add up to
+    the file's score at the fixed threshold (the same rows NAB's sweep counts)."""
+    data, labels = write_categories(tmp_path)
+    assert main(["eval", "nab", str(data), str(labels), "--windows", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    windows = json.loads(labels.read_text())
+    detected = 0
+    for name, f in doc["files"].items():
+        d = f["detections"]
+        worth = sum(w["worth"] for w in d["windows"]) + sum(x["worth"] for x in d["false_positives"])
+        assert worth == pytest.approx(f["standard@threshold"]["score"], abs=1e-12), name
+        assert len(d["windows"]) == len(windows[name])
+        assert all(x["score"] >= 0.5 for x in d["false_positives"])
+        for w in d["windows"]:
+            assert w["first_row"] <= w["peak_row"] <= w["last_row"]
+            if w["detected"] is None:
+                assert w["peak"] < 0.5 and w["worth"] == -1.0
+            else:
+                detected += 1
+                assert w["first_row"] <= w["detected"] <= w["last_row"] and 0 < w["worth"] <= 1.0
+    assert detected > 0
+    assert main(["eval", "nab", str(data), str(labels), "--windows"]) == 0
+    out = capsys.readouterr().out
+    assert "window rows" in out and "detected at" in out
