@@ -187,7 +187,7 @@ class LockstepSettings(BaseSettings):
     # --- Series state (docs/operations.md, "Size") -------------------------------------------
     max_series_per_partition: int = Field(
         default=50_000, ge=1, le=10_000_000, description="Series one input partition holds; a sample of a new "
-        "series beyond it is refused and dead-lettered (SeriesLimitExceeded). Costs about 2.8 KB a series")
+        "series beyond it is refused and dead-lettered (SeriesLimitExceeded). Costs about 2.3 KB of memory a series")
     max_series_per_source: int = Field(
         default=20_000, ge=1, le=10_000_000, description="Series one source holds within a partition (one "
         "exporter's label explosion cannot take the partition's whole cap)")
