@@ -91,6 +91,14 @@ def test_the_latency_goal_is_read_at_80_percent_of_the_maximum_when_that_run_exi
     assert rows[0].endswith("| (reference) |")
     assert "80,000 samples/s (80% of max; sent 71,000)" in rows[1]
     assert "0.7 s / 1.4 s (5 of 6 alerts)" in rows[1] and rows[1].endswith("| p99 < 1 s |")
+    doc["live_max"] = {"live_max_samples_per_s": 100000.0, "trials": [
+        {"rate_samples_per_s": 70000.0, "kept_up": True, "cpu_cores": 0.6},
+        {"rate_samples_per_s": 87500.0, "kept_up": False, "cpu_cores": 0.95}]}
+    text = table(doc)
+    assert "80% of the live maximum 100,000" in text
+    live = next(line for line in text.splitlines() if line.startswith("| highest rate 1 worker sustains live"))
+    assert "| 100,000 samples/s |" in live and "1.00x" in live  # the quick doc's worker: 100,000 samples/s
+    assert "70,000 kept up (0.6 core); 87,500 behind (0.95 core)" in live
 
 
 def test_peers_are_reported_missing_when_their_framework_is_not_importable(monkeypatch: pytest.MonkeyPatch) -> None:
