@@ -309,7 +309,8 @@ def table(doc: dict[str, Any]) -> str:
         found = doc["live_max"]
         steps = "; ".join(f"{t['rate_samples_per_s']:,.0f} {'kept up' if t['kept_up'] else 'behind'}"
                           f" ({t['cpu_cores']} core)" for t in found["trials"])
-        rows.append(f"| highest rate 1 worker sustains live (everything processed within 1 s of the last scrape) | "
+        rows.append(f"| highest rate 1 worker sustains live ({found.get('step_s', 10):.0f} s steps, everything "
+                    f"processed within {found.get('drain_allowed_s', 0.5)} s of the last scrape) | "
                     f"{found['live_max_samples_per_s']:,.0f} samples/s | backlog rate {_sps(b['worker'])} | "
                     f"{_ratio(found['live_max_samples_per_s'], b['worker'].get('samples_per_s'))} | - | "
                     f"(steps: {steps}) |")
