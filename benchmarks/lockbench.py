@@ -607,7 +607,6 @@ async def live_max(bench: Bench, start: float, gpus: int = 1024, steps: int = 4,
 
     try:
         await bench.wait_consuming(proc)
-        k = 0
         warm = await produce(settings, bench.bootstrap, spec, rate=0.5 * start, scrapes=10)
         k, sent_total = 10, warm["samples"]
         await drained(60.0)
