@@ -186,4 +186,5 @@ def _faust_app(settings: LockstepSettings, bootstrap: str, loop: asyncio.Abstrac
         loop=loop,
     )
     app.lockstep_fetch_max_wait_ms = settings.kafka_fetch_max_wait_ms  # read by agents.transport
+    app.lockstep_end_probe = (settings, bootstrap)  # agents.transport: table recovery's true ends
     return app

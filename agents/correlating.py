@@ -94,6 +94,8 @@ class Correlate:
                 except Exception:
                     log.exception("correlator snapshot of partition %d unusable; starting empty", partition)
                     corr = self.new_partition()
+            else:  # first ever, or a snapshot not recovered: said, so a restart that lost one shows it
+                log.info("correlation partition %d: no snapshot; starting empty", partition)
             state.correlators[partition] = corr
         return corr
 

@@ -126,6 +126,8 @@ class Ingest:
                 except Exception:
                     log.exception("snapshot of %s unusable; starting from an empty baseline", origin)
                     pipe = PartitionPipeline(origin, rt.detector, rt.inventory)
+            else:  # first ever, or a snapshot not recovered: said, so a restart that lost one shows it
+                log.info("%s: no snapshot; its baselines are learned from its first message here", origin)
             state.pipelines[origin] = pipe
         return pipe
 

@@ -43,6 +43,8 @@ class LockstepApp(faust.App):
     """The Faust app with Lockstep's per-process state attached (typed, for the worker and tests)."""
 
     lockstep_fetch_max_wait_ms: int | None = None
+    #: (settings, bootstrap) of the side consumer that checks table recovery's end offsets (agents.transport)
+    lockstep_end_probe: tuple[LockstepSettings, str] | None = None
     lockstep_state: WorkerState
     lockstep_metrics: WorkerMetrics
     lockstep_runtime: Runtime

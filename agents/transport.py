@@ -10,6 +10,10 @@
   offset, and the commit moved one offset per commit interval: a partition of a few hundred records took
   minutes to commit (the leaving-worker fault test, under load). :meth:`LockstepConsumer._new_offset`
   merges the gap without duplicates first.
+- **Table recovery to the true end.** Faust recovers a table's changelog partition up to the end offset
+  ListOffsets gives; Tansu's can be one short, and the last snapshot written to a partition was then
+  never restored. :meth:`FetchTunedConsumerThread._highwaters` takes each end from a fetch answer
+  instead (:func:`agents.gaps.fetched_ends`).
 - **One task per message less.** Faust's fetcher hands each message to the agents' queues with
   ``Service.wait_first(callback(message), suspend_flow.wait())``: four tasks and an
   ``asyncio.wait`` per message, so that a hand-over blocked on a full queue is abandoned when flow
@@ -38,6 +42,20 @@ class FetchTunedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             # The fetcher is built in start() from this attribute (aiokafka 0.10-0.14).
             consumer._fetch_max_wait_ms = int(wait_ms)
         return consumer
+
+    async def _highwaters(self, partitions: Any) -> Any:
+        """Faust's end offsets (ListOffsets), each checked against a fetch answer's high-water mark."""
+        from agents.gaps import RangeReader, fetched_ends
+
+        ends = await super()._highwaters(partitions)
+        probe = getattr(self.app, "lockstep_end_probe", None)  # (settings, bootstrap), set by agents.app
+        if probe is None or self.consumer.in_transaction or not ends:
+            return ends
+        reader = RangeReader(*probe)
+        try:
+            return await fetched_ends(reader, ends)
+        finally:
+            await reader.close()
 
 
 async def finish(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:

@@ -119,6 +119,29 @@ async def wait_consumed(settings: Any, timeout_s: float) -> bool:
     return await wait_until(consumed, timeout_s)
 
 
+async def snapshotted(settings: Any) -> set[str]:
+    """The input partitions (``topic:partition``) with a detector snapshot in the table's changelog."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    topic = f"{settings.app_id}-detector_state-changelog"
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, group_id=None,
+                                enable_auto_commit=False, fetch_max_wait_ms=50)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        keys: set[str] = set()
+        quiet = 0
+        while quiet < 3:
+            batches = await consumer.getmany(timeout_ms=200)
+            quiet = 0 if batches else quiet + 1
+            keys.update(m.key.decode() for msgs in batches.values() for m in msgs if m.key and m.value)
+        return keys
+    finally:
+        await consumer.stop()
+
+
 def check(reference: set[tuple[Any, ...]], anomalies: list[dict[str, Any]], alerts: list[dict[str, Any]]) -> None:
     got = {anomaly_key(a) for a in anomalies}
     assert reference, "the reference run found no anomaly: the incident did not happen"
@@ -137,20 +160,32 @@ def check(reference: set[tuple[Any, ...]], anomalies: list[dict[str, Any]], aler
 
 def test_a_worker_killed_mid_incident_and_restarted_loses_nothing_and_alerts_once(
         broker: EmbeddedBroker, workers: list[WorkerProcess], reference: set[tuple[Any, ...]]) -> None:
-    settings = make_settings(broker.bootstrap)
+    # The wall floor leaves each partition one or two snapshots before the kill, so a snapshot that
+    # table recovery misses is not made up for by an older one (Tansu's ListOffsets one short lost
+    # nccl:2's only snapshot: no baseline, its episode never ended; agents.gaps.fetched_ends).
+    settings = make_settings(broker.bootstrap, snapshot_wall_floor_s=10.0)
 
-    async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str, set[str]]:
         await create_topics(settings, broker.bootstrap)
         gen = LoadGenerator(SPEC)
         await send_inventory(settings, gen)
         first = WorkerProcess(settings, "first")
         workers.append(first)
         sending = asyncio.create_task(send_scrapes(settings, gen, range(0, 60), pace_s=0.15))
+        topics = TopicCatalogue(settings).telemetry_topics
+        held: set[str] = set()
 
         async def evidence_in_flight() -> bool:  # the switch port's anomaly is out: the incident has begun
             return any(a["layer"] == "switch" for a in await read_anomalies(settings))
 
+        async def every_partition_snapshotted() -> bool:  # each input partition with data has a snapshot
+            nonlocal held
+            ends = await record_ends(settings, topics)
+            held = await snapshotted(settings)
+            return {f"{t}:{p}" for (t, p), end in ends.items() if end} <= held
+
         assert await wait_until(evidence_in_flight, 90), first.log()[-3000:]
+        assert await wait_until(every_partition_snapshotted, 60), first.log()[-3000:]
         first.kill()  # mid-stream: offsets and outputs after the last commit are in flight
         await sending
         await send_scrapes(settings, gen, range(60, SCRAPES))
@@ -165,14 +200,16 @@ def test_a_worker_killed_mid_incident_and_restarted_loses_nothing_and_alerts_onc
                         + second.log()[-3000:])
         anomalies = await read_all_anomalies(settings, reference)
         second.stop()
-        return anomalies, alerts, second.log()
+        return anomalies, alerts, second.log(), held
 
-    anomalies, alerts, log = asyncio.run(go())
+    anomalies, alerts, log, held = asyncio.run(go())
+    # Detector state came back from the snapshots (no re-learning from zero) and was made consistent:
+    # every input partition snapshotted before the kill was restored from its snapshot.
+    restored = dict(re.findall(r"restored (\S+): (\d+) series", log))
+    assert set(restored) >= held and all(int(n) > 0 for n in restored.values()), (
+        f"not restored: {sorted(held - set(restored))}\n{log[-3000:]}")
+    assert "starting from an empty baseline" not in log and "no snapshot; its baselines" not in log
     check(reference, anomalies, alerts)
-    # Detector state came back from the snapshots (no re-learning from zero) and was made consistent.
-    restored = [int(n) for n in re.findall(r"restored \S+: (\d+) series", log)]
-    assert restored and all(n > 0 for n in restored), log[-3000:]
-    assert "starting from an empty baseline" not in log
 
 
 def test_two_workers_one_leaving_mid_run_rebalance_and_lose_nothing(
