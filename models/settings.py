@@ -123,10 +123,9 @@ class LockstepSettings(BaseSettings):
     log_level: str = Field(default="info", pattern=r"^(debug|info|warn|error|crit)$")
     snapshot_interval_s: float = Field(default=10.0, gt=0, description="Event-time seconds between state snapshots")
     snapshot_wall_floor_s: float = Field(
-        default=0.0, ge=0, description="Wall seconds an input partition's state waits at least between snapshots "
-        "(a catch-up runs event time many times faster than wall time; live the event-time interval decides). "
-        "Off by default: with 10 s, a restart's longer catch-up lost an episode end in a fault test "
-        "(docs/performance.md)"
+        default=10.0, ge=0, description="Wall seconds an input partition's state waits at least between snapshots "
+        "(a catch-up runs event time many times faster than wall time; live the event-time interval decides; "
+        "0: off)"
     )
     watermark_interval_s: float = Field(default=0.2, gt=0, description="Wall seconds between watermark broadcasts")
     ingest_batch_messages: int = Field(
