@@ -399,3 +399,52 @@ def detections(geo: WindowGeometry, scores: np.ndarray, threshold: float, cost: 
                                        peak, float(scores[peak])))
     outside = np.flatnonzero((geo.window == OUTSIDE) & hit)
     return FileDetections(windows, [(int(i), float(scores[i]), float(weight[i])) for i in outside])
+
+
+
+@dataclass(frozen=True, slots=True)
+class Losses:
+    """Where a score at a fixed threshold falls short of perfect, by kind (one file, or pooled with ``+``).
+
+    ``tp * windows - raw = missed * tp + miss_cost + late + fp_cost``: a missed window forgoes ``tp``
+    and costs ``fn`` (``miss_cost`` sums them); a detected one is worth less than ``tp`` the later it
+    comes (``late`` sums ``tp - worth``; NAB centres a window on its labelled point, so a detection *at*
+    that point already loses ``1 - S(-0.5) / S(-1)``, about 0.14 of ``tp``); ``fp_cost`` sums what the
+    rows detected outside every window cost (as a positive number).
+    """
+
+    windows: int = 0
+    detected: int = 0
+    missed: int = 0
+    worth: float = 0.0
+    miss_cost: float = 0.0
+    late: float = 0.0
+    fp_rows: int = 0
+    fp_cost: float = 0.0
+
+    @property
+    def raw(self) -> float:
+        """The score these detections add up to (:func:`row_at`'s for the same files and threshold)."""
+        return self.worth - self.miss_cost - self.fp_cost
+
+    def __add__(self, other: Losses) -> Losses:
+        return Losses(self.windows + other.windows, self.detected + other.detected, self.missed + other.missed,
+                      self.worth + other.worth, self.miss_cost + other.miss_cost, self.late + other.late,
+                      self.fp_rows + other.fp_rows, self.fp_cost + other.fp_cost)
+
+
+def losses(found: FileDetections, cost: CostMatrix) -> Losses:
+    """One file's :class:`Losses` from its :func:`detections` under ``cost``.
+
+    >>> geo = window_geometry(list(range(20)), [(4, 6), (12, 14)], probation_percent=0.0)
+    >>> d = detections(geo, np.array([0, 0, 0.6] + [0] * 2 + [0.9] + [0] * 14), 0.5, PROFILES["standard"])
+    >>> l = losses(d, PROFILES["standard"])
+    >>> (l.windows, l.detected, l.missed, round(l.late, 4), l.fp_rows, round(l.fp_cost, 2), round(l.raw, 4))
+    (2, 1, 1, 0.0563, 1, 0.11, -0.1663)
+    """
+    hit = [w for w in found.windows if w.detected is not None]
+    return Losses(
+        windows=len(found.windows), detected=len(hit), missed=len(found.windows) - len(hit),
+        worth=sum(w.worth for w in hit), miss_cost=sum(-w.worth for w in found.windows if w.detected is None),
+        late=sum(cost.tp - w.worth for w in hit), fp_rows=len(found.false_positives),
+        fp_cost=-sum(w for _, _, w in found.false_positives))

@@ -12,7 +12,10 @@ from streams.nab import (
     PROFILES,
     CostMatrix,
     FileInput,
+    Losses,
     best_row,
+    detections,
+    losses,
     probationary_length,
     row_at,
     score_corpus,
@@ -121,3 +124,32 @@ def test_random_and_null_detectors_normalise_to_their_ends() -> None:
 def test_best_threshold_prefers_the_higher_on_ties() -> None:
     r = threshold_rows(np.array([0.9, 0.8]), np.array([-0.5, -0.5]), np.array([-1, -1]), 0, 1.0)
     assert best_row(r).threshold == 1.1
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_losses_add_up_to_the_score_at_the_threshold_and_to_what_perfect_would_score(profile: str) -> None:
+    """Per file and pooled: the losses' raw is the score NAB's sweep gives at the threshold, and perfect
+    minus it is missed windows (tp + fn each), lateness and false positives, whatever the detector."""
+    cost = PROFILES[profile]
+    rng = np.random.default_rng(7)
+    files, total = [], Losses()
+    for k in range(12):
+        n = int(rng.integers(200, 600))
+        ts = stamps(n)
+        starts = sorted(rng.choice(np.arange(100, n - 40), size=int(rng.integers(0, 3)), replace=False))
+        wins = [(ts[s], ts[s + 30]) for s in starts if all(abs(s - t) > 35 for t in starts if t != s)]
+        scores = np.where(rng.random(n) < 0.01 * (k % 4), rng.uniform(0.5, 1.0, n), rng.uniform(0.0, 0.5, n))
+        geo = window_geometry(ts, wins)
+        found = detections(geo, scores, 0.5, cost)
+        lost = losses(found, cost)
+        assert lost.raw == pytest.approx(row_at(sweep_rows(geo, scores, cost), 0.5).score, abs=1e-12)
+        assert lost.windows == geo.n_windows and lost.detected + lost.missed == lost.windows
+        assert lost.miss_cost == pytest.approx(lost.missed * cost.fn) and lost.late >= 0 and lost.fp_cost >= 0
+        assert cost.tp * lost.windows - lost.raw == pytest.approx(
+            lost.missed * cost.tp + lost.miss_cost + lost.late + lost.fp_cost, abs=1e-12)
+        files.append(FileInput(f"c/f{k}.csv", ts, wins, scores))
+        total = total + lost
+    assert total.missed > 0 and total.detected > 0 and total.fp_rows > 0  # every kind is exercised
+    pooled = score_corpus(files, profiles={profile: cost}, fixed_threshold=0.5)[profile]
+    assert total.raw == pytest.approx(pooled.at_threshold_raw, abs=1e-9)
+    assert total.windows * cost.tp == pytest.approx(pooled.perfect)
