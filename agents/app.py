@@ -186,5 +186,6 @@ def _faust_app(settings: LockstepSettings, bootstrap: str, loop: asyncio.Abstrac
         loop=loop,
     )
     app.lockstep_fetch_max_wait_ms = settings.kafka_fetch_max_wait_ms  # read by agents.transport
-    app.lockstep_end_probe = (settings, bootstrap)  # agents.transport: table recovery's true ends
+    if settings.recovery_fetch_ends:  # agents.transport: table recovery's true ends
+        app.lockstep_end_probe = (settings, bootstrap)
     return app

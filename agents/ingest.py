@@ -359,8 +359,9 @@ class Ingest:
             return offsets.waiting(topic, int(partition), pipe.last_offset)
 
         idle = idle_inputs(state.published_wm, state.last_message, now, rt.settings.watermark_idle_s, busy, waiting)
-        if offsets is not None:  # owned, never any data here: idle at once (else correlation waits for an owner)
-            idle += offsets.without_data(self.telemetry_topics, state.published_wm)
+        if offsets is not None:  # owned, nothing to process: idle (else correlation waits for an owner)
+            idle += offsets.without_data(self.telemetry_topics, state.published_wm, now,
+                                         rt.settings.watermark_idle_s)
         value = orjson.dumps({"type": "watermark", "origins": state.published_wm, "eos": sorted(state.eos),
                               "idle": idle})
         state.wm_dirty = False

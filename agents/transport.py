@@ -45,17 +45,14 @@ class FetchTunedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     async def _highwaters(self, partitions: Any) -> Any:
         """Faust's end offsets (ListOffsets), each checked against a fetch answer's high-water mark."""
-        from agents.gaps import RangeReader, fetched_ends
+        from agents.gaps import fetched_ends
 
         ends = await super()._highwaters(partitions)
         probe = getattr(self.app, "lockstep_end_probe", None)  # (settings, bootstrap), set by agents.app
         if probe is None or self.consumer.in_transaction or not ends:
             return ends
-        reader = RangeReader(*probe)
-        try:
-            return await fetched_ends(reader, ends)
-        finally:
-            await reader.close()
+        settings, bootstrap = probe
+        return await fetched_ends(settings, bootstrap, ends)
 
 
 async def finish(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:

@@ -102,6 +102,11 @@ class LockstepSettings(BaseSettings):
         default=100, ge=1, le=5000, description="Consumer long-poll wait; bounds idle-time alert latency"
     )
     kafka_producer_linger_ms: int = Field(default=5, ge=0, le=1000)
+    recovery_fetch_ends: bool = Field(
+        default=False, description="Table recovery reads each changelog partition to a fetch answer's end instead "
+        "of ListOffsets' (Tansu's can be one short: a partition's last snapshot is then not restored). Off by default: "
+        "with it on, a graceful leave's up-to-date handover shows a correlation fault (docs/operations.md)"
+    )
     kafka_session_timeout_s: float | None = Field(
         default=None, ge=3, le=300, description="Consumer-group session timeout; unset: 10 s with the embedded "
         "broker, 30 s otherwise. A dead worker's partitions move after about this long")
@@ -123,9 +128,10 @@ class LockstepSettings(BaseSettings):
     log_level: str = Field(default="info", pattern=r"^(debug|info|warn|error|crit)$")
     snapshot_interval_s: float = Field(default=10.0, gt=0, description="Event-time seconds between state snapshots")
     snapshot_wall_floor_s: float = Field(
-        default=10.0, ge=0, description="Wall seconds an input partition's state waits at least between snapshots "
-        "(a catch-up runs event time many times faster than wall time; live the event-time interval decides; "
-        "0: off)"
+        default=0.0, ge=0, description="Wall seconds an input partition's state waits at least between snapshots "
+        "(a catch-up runs event time many times faster than wall time; live the event-time interval decides). Off "
+        "by default: it leaves a partition few snapshots, and on Tansu without recovery_fetch_ends the last one can "
+        "be missed at a restore (docs/operations.md)"
     )
     watermark_interval_s: float = Field(default=0.2, gt=0, description="Wall seconds between watermark broadcasts")
     ingest_batch_messages: int = Field(

@@ -17,7 +17,7 @@ EXTRA = ["lockstep.render", "lockstep.safetext", "lockstep.commands.tail", "lock
          "lockstep.commands.schema",
          "lockstep.run", "lockstep.simulate", "lockstep.replay", "lockstep.broker", "lockstep.logs",
          "agents.app", "agents.batching", "agents.deadletters", "agents.ingest", "agents.recovery", "agents.runtime",
-         "agents.snapshots", "agents.remote_write",
+         "agents.snapshots", "agents.remote_write", "agents.offsets",
          "agents.carriers", "agents.gaps", "agents.stalls", "agents.topics", "agents.transport",
          "lockstep.commands.bench", "benchmarks.lockbench", "benchmarks.cpulimit"]
 

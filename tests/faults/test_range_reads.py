@@ -194,13 +194,10 @@ def test_table_recovery_reads_every_changelog_partition_to_its_true_end(own_brok
             listed = {tp: int(v) for tp, v in (await consumer.end_offsets(list(real))).items()}
         finally:
             await consumer.stop()
-        reader = RangeReader(settings, own_broker.bootstrap)
-        try:
-            ends = await fetched_ends(reader, dict(listed))
-            # an end reported too high, or not at all, is put right as well
-            odd = await fetched_ends(reader, {TopicPartition("t.cl1", 0): 40, TopicPartition("t.cl1", 1): None})
-        finally:
-            await reader.close()
+        ends = await fetched_ends(settings, own_broker.bootstrap, dict(listed))
+        # an end reported too high, or not at all, is put right as well
+        odd = await fetched_ends(settings, own_broker.bootstrap,
+                                 {TopicPartition("t.cl1", 0): 40, TopicPartition("t.cl1", 1): None})
         return ends | odd, listed, real
 
     ends, listed, real = asyncio.run(go())
