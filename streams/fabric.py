@@ -4,7 +4,9 @@ Two parts, both pure (no faust, no I/O, no clock: ``now`` is an argument):
 
 - :class:`FabricRollup`: a small per-entity rollup of the NIC and switch-port counters (one entity
   per NIC port ``nic/<node>/<device>/<port>`` and per switch port ``switch/<switch>/<port>``),
-  fed by the read model from the ``telemetry.nic`` and ``telemetry.switch`` topics. Per entity it
+  fed by the read model from the per-port summaries each input partition's ingest publishes
+  (:meth:`FabricRollup.merge`, :mod:`streams.fabric_publish`), or sample by sample
+  (:meth:`FabricRollup.fold`, :meth:`FabricRollup.fold_message`: the same entities). Per entity it
   keeps the last value of each counter (to turn counters into per-second rates), a ring of the last
   :attr:`FabricConfig.recent` transmit rates with their times, congestion and error totals, per-day
   error totals (the last :attr:`FabricConfig.days_kept` days) and when it was first and last heard
@@ -194,7 +196,8 @@ class EntityRollup:
 
 
 class FabricRollup:
-    """The per-entity rollup (module docstring). Fold samples with :meth:`fold` or :meth:`fold_message`."""
+    """The per-entity rollup (module docstring). Fold samples with :meth:`fold` or :meth:`fold_message`, or
+    merge the summaries of :mod:`streams.fabric_publish` with :meth:`merge` or :meth:`merge_message`."""
 
     def __init__(self, config: FabricConfig | None = None) -> None:
         self.config = config or FabricConfig()
