@@ -144,6 +144,7 @@ class PartitionFabric:
         """Fold samples (series codes, times, values; in arrival order) as :meth:`FabricRollup.fold` would."""
         series, ports, changed = self._series, self.ports, self.changed
         recent, days_kept = self.config.recent, self.config.days_kept
+        day_from, day_to, day_key = math.inf, -math.inf, ""  # the UTC day of the last error sample, and its key
         for code, t, value in zip(codes, ts, values, strict=True):
             port_key, metric, category, sub, scale = series[code]
             port = ports.get(port_key)
@@ -172,11 +173,23 @@ class PartitionFabric:
                 port.seq += 1
                 if len(port.tx_ts) > recent:  # the read side keeps the last ``recent`` anyway
                     del port.tx_ts[0], port.tx_bps[0]
-            elif category == "congestion":
-                port.count("c:" + sub, delta, days_kept)
-            else:
-                port.count("e:" + sub, delta, days_kept)
-                port.count(f"d:{math.floor(t / DAY_S)}", delta, days_kept)
+            else:  # the totals, the common case (the total exists) inline: this is per sample
+                cum, inc = port.cum, port.inc
+                key = ("c:" if category == "congestion" else "e:") + sub
+                if key in cum:
+                    cum[key] += delta
+                    inc[key] = inc.get(key, 0.0) + delta
+                else:
+                    port.count(key, delta, days_kept)
+                if category == "errors":
+                    if not day_from <= t < day_to:
+                        day = math.floor(t / DAY_S)
+                        day_from, day_to, day_key = day * DAY_S, (day + 1) * DAY_S, f"d:{day}"
+                    if day_key in cum:
+                        cum[day_key] += delta
+                        inc[day_key] = inc.get(day_key, 0.0) + delta
+                    else:
+                        port.count(day_key, delta, days_kept)
 
     # -- publishing -------------------------------------------------------------------------------
     def due(self, watermark: float | None) -> bool:
