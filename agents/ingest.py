@@ -1,6 +1,7 @@
 """The ``ingest`` agent: telemetry batches through each input partition's pipeline, and their progress.
 
-    telemetry.<layer>  --ingest-->  anomalies (episodes, clock records, job points, watermarks), dlq
+    telemetry.<layer>  --ingest-->  anomalies (episodes, clock records, job points, watermarks), dlq,
+                                    fabric-rollup (per-port NIC and switch summaries: FabricSummaries)
 
 One :class:`streams.pipeline.PartitionPipeline` per input partition (plain objects, numpy state),
 snapshotted to ``detector_state`` every ``snapshot_interval_s`` of event time and restored after a
