@@ -1,6 +1,7 @@
 """The ``ingest`` agent: telemetry batches through each input partition's pipeline, and their progress.
 
-    telemetry.<layer>  --ingest-->  anomalies (episodes, clock records, job points, watermarks), dlq
+    telemetry.<layer>  --ingest-->  anomalies (episodes, clock records, job points, watermarks), dlq,
+                                    fabric-rollup (per-port NIC and switch summaries: FabricSummaries)
 
 One :class:`streams.pipeline.PartitionPipeline` per input partition (plain objects, numpy state),
 snapshotted to ``detector_state`` every ``snapshot_interval_s`` of event time and restored after a
@@ -29,6 +30,7 @@ from agents.runtime import Runtime
 from agents.snapshots import read_snapshot
 from agents.topics import DETECTOR_STATE_TABLE
 from models.errors import InternalError
+from streams.fabric import FabricConfig
 from streams.pipeline import Origin, PartitionPipeline, PipelineOutput, merged_points_records
 from streams.snapshot import snapshot_due
 
@@ -62,6 +64,7 @@ class Ingest:
         self.metrics = rt.metrics
         self.resumes = ingest_resume_counter(rt.metrics)
         self.telemetry_topics = set(rt.catalogue.telemetry_topics)
+        self.fabric = FabricSummaries(rt)
 
     # -- the agent ------------------------------------------------------------------------------
     async def run(self, stream: faust.StreamT[bytes]) -> None:
@@ -110,11 +113,15 @@ class Ingest:
                 await self.rebuild(topic, partition, event.message.offset, event.message.timestamp)
         return done
 
+    def new_pipeline(self, origin: str) -> PartitionPipeline:
+        return PartitionPipeline(origin, self.rt.detector, self.rt.inventory, fabric=self.fabric.config,
+                                 fabric_interval_s=self.rt.settings.fabric_publish_interval_s)
+
     def pipeline_for(self, origin: str) -> PartitionPipeline:
         state, rt = self.state, self.rt
         pipe = state.pipelines.get(origin)
         if pipe is None:
-            pipe = PartitionPipeline(origin, rt.detector, rt.inventory)
+            pipe = self.new_pipeline(origin)
             blob = read_snapshot(rt.detector_table, origin.encode())
             if blob:
                 try:
@@ -125,7 +132,7 @@ class Ingest:
                              pipe.watermark, pipe.last_offset)
                 except Exception:
                     log.exception("snapshot of %s unusable; starting from an empty baseline", origin)
-                    pipe = PartitionPipeline(origin, rt.detector, rt.inventory)
+                    pipe = self.new_pipeline(origin)
             else:  # first ever, or a snapshot not recovered: said, so a restart that lost one shows it
                 log.info("%s: no snapshot; its baselines are learned from its first message here", origin)
             state.pipelines[origin] = pipe
@@ -224,6 +231,7 @@ class Ingest:
                 eos = True
             if rt.offsets is not None:
                 rt.offsets.ack(p.hole)
+        await self.fabric.publish([(p.pipe, p.out is not None and p.out.control == "eos") for p in done])
         if eos:
             await self.broadcast_watermarks()
         now = time.monotonic()
@@ -299,7 +307,7 @@ class Ingest:
         blob = read_snapshot(rt.detector_table, name.encode())
         if not blob:
             return
-        pipe = PartitionPipeline(name, rt.detector, rt.inventory)
+        pipe = self.new_pipeline(name)
         pipe.restore(blob)
         snap = pipe.last_offset
         span = rebuild_range(snap, last)
@@ -377,6 +385,41 @@ class Ingest:
             await self.broadcast_watermarks()
             for origin, pipe in list(self.state.pipelines.items()):
                 self.metrics.late_sources.labels(origin).set(len(pipe.clocks.late_sources()))
+            await self.fabric.publish_idle(now)
+
+
+class FabricSummaries:
+    """The fabric rollup's summaries (issue 23; streams/fabric_publish.py): each input partition's
+    pipeline folds its NIC and switch samples (the ``fabric`` stage); here its changed ports go to
+    ``fabric-rollup``, keyed by the input partition, every ``fabric_publish_interval_s`` of its event
+    time, at the end of the input (``eos``), and when the partition has had no data for
+    ``watermark_idle_s`` (what a lull left pending). They go before the snapshot that covers them is
+    written, so a restore never lacks them; one published twice adds nothing on the read side."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.config = FabricConfig() if rt.settings.fabric_report else None
+        self.topic: Any = None
+
+    async def publish(self, pipes: list[tuple[PartitionPipeline, bool]]) -> None:
+        """Each pipeline's summaries that are due (all it holds with ``True``: the end of its input)."""
+        for pipe, force in pipes:
+            if pipe.fabric is None:
+                continue
+            for value in pipe.fabric.publish(pipe.watermark, pipe.origin, force=force):
+                if self.topic is None:
+                    self.topic = self.rt.app.topic(self.rt.catalogue.fabric_rollup, key_serializer="raw",
+                                                   value_serializer="raw", partitions=self.rt.settings.partitions)
+                await self.rt.send(self.topic, pipe.origin.encode(), value)
+
+    async def publish_idle(self, now: float) -> None:
+        """What the partitions without data for ``watermark_idle_s`` (wall time) still hold unpublished."""
+        state, idle_s = self.rt.state, self.rt.settings.watermark_idle_s
+        idle = [(pipe, True) for origin, pipe in list(state.pipelines.items())
+                if pipe.fabric is not None and pipe.fabric.changed
+                and now - state.last_message.get(origin, now) > idle_s]
+        if idle:
+            await self.publish(idle)
 
 
 def idle_inputs(published: dict[str, float], last_message: dict[str, float], now: float, idle_s: float,

@@ -5,11 +5,13 @@ One plain aiokafka consumer per worker, **without a consumer group**, assigned e
 ``points`` and ``watermark`` records there are skipped by their first bytes, unparsed),
 ``annotations``, ``silences`` and ``capacity`` (the GPU-time lost ledger). So whichever worker
 correlates a job, every worker can answer for it: the HTTP API of any worker is correct across partitions.
-It also reads the two fabric input topics, ``telemetry.nic`` and ``telemetry.switch``, into the store's
-per-port rollup (:class:`streams.fabric.FabricRollup`, O(ports) memory) that ``/fabric/report`` answers from.
+It also reads ``fabric-rollup``, the per-port NIC and switch summaries each input partition's ingest
+publishes (streams/fabric_publish.py), into the store's per-port rollup
+(:class:`streams.fabric.FabricRollup`, O(ports) memory) that ``/fabric/report`` answers from: the
+raw telemetry is folded once, where it is ingested, not again on every worker.
 
-Where reading starts: the time-bounded topics (``timelines``, ``anomalies``, ``stats``) at the first
-record produced within the store's history (``offsets_for_times``, wall clock minus
+Where reading starts: the time-bounded topics (``timelines``, ``anomalies``, ``stats``, ``fabric-rollup``)
+at the first record produced within the store's history (``offsets_for_times``, wall clock minus
 ``history_s``; from the beginning where the broker cannot say); ``alerts``, ``annotations``, ``capacity`` and
 the compacted ``silences`` from the beginning (the store keeps the latest of each, bounded).
 :attr:`ReadModel.caught_up` turns true once every partition reached the end offset it had at
@@ -76,7 +78,7 @@ class ReadModel:
                       cat.anomalies: "anomalies", cat.annotations: "annotations", cat.silences: "silences",
                       cat.capacity: "capacity"}
         if settings.fabric_report:
-            self.kinds.update({cat.telemetry("nic"): "fabric", cat.telemetry("switch"): "fabric"})
+            self.kinds[cat.fabric_rollup] = "fabric"
         self.consumer: AIOKafkaConsumer | None = None
         self.partitions: list[TopicPartition] = []
         self.targets: dict[TopicPartition, int] = {}
@@ -164,9 +166,9 @@ class ReadModel:
     def _fold(self, tp: TopicPartition, messages: list[Any]) -> None:
         kind = self.kinds[tp.topic]
         applied = skipped = rejected = 0
-        if kind == "fabric":  # raw telemetry: the rollup decodes it (bad records are the ingest agent's to reject)
+        if kind == "fabric":  # per-port summaries (streams.fabric_publish): merged, whatever was read before
             for msg in messages:
-                if msg.value is not None and self.store.fabric.fold_message(msg.value):
+                if msg.value is not None and self.store.fabric.merge_message(msg.value):
                     applied += 1
                 else:
                     skipped += 1

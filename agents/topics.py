@@ -127,6 +127,12 @@ class TopicCatalogue:
         streams/fabric_health.py, docs/capacity.md)."""
         return self._n("fabric-health")
 
+    @property
+    def fabric_rollup(self) -> str:
+        """Per-port NIC and switch summaries, published by each input partition's ingest (issue 23;
+        streams/fabric_publish.py, docs/contracts.md) and merged by every read model."""
+        return self._n("fabric-rollup")
+
     def changelog(self, table: str) -> str:
         return f"{self.settings.app_id}-{table}-changelog"
 
@@ -169,6 +175,8 @@ class TopicCatalogue:
                       "entity (docs/capacity.md)", s.alerts_retention_ms),
             TopicSpec(self.fabric_health, s.alerts_partitions, "kind:id", "degraded/recovered fabric entities with "
                       "their evidence (docs/capacity.md)", s.alerts_retention_ms),
+            TopicSpec(self.fabric_rollup, p, "input topic:partition", "per-port NIC and switch summaries for "
+                      "/fabric/report (docs/contracts.md)", s.telemetry_retention_ms),
             TopicSpec(self.annotations, s.inventory_partitions, "job_id", "operator annotations (a fix, a change) "
                       "for before/after comparisons (docs/api.md)", s.alerts_retention_ms),
             TopicSpec(self.silences, s.inventory_partitions, "silence_id",

@@ -233,9 +233,12 @@ class LockstepSettings(BaseSettings):
         default=False, description="POST /api/v1/write keeps series whose names the metric catalogue does not "
                                    "know (meaning unknown); by default they are scrape noise: skipped and counted")
     fabric_report: bool = Field(
-        default=True, description="The read model also follows telemetry.nic and telemetry.switch into a "
-                                  "per-port rollup for /fabric/report (docs/fabric.md: about 12 us per sample "
-                                  "on every worker); false leaves the report without counters")
+        default=True, description="Each input partition folds its NIC and switch samples into a per-port rollup "
+                                  "and publishes it to fabric-rollup, which every worker's read model merges for "
+                                  "/fabric/report (docs/fabric.md); false leaves the report without counters")
+    fabric_publish_interval_s: float = Field(
+        default=5.0, gt=0, le=300, description="Event-time seconds between an input partition's fabric summaries "
+        "(the report's counters lag the telemetry by up to this much; shorter costs every read model more)")
 
     # --- Delivery (issue 6; docs/delivery.md) ------------------------------------------------
     delivery_routes_file: Path | None = Field(

@@ -4,7 +4,9 @@ Two parts, both pure (no faust, no I/O, no clock: ``now`` is an argument):
 
 - :class:`FabricRollup`: a small per-entity rollup of the NIC and switch-port counters (one entity
   per NIC port ``nic/<node>/<device>/<port>`` and per switch port ``switch/<switch>/<port>``),
-  fed by the read model from the ``telemetry.nic`` and ``telemetry.switch`` topics. Per entity it
+  fed by the read model from the per-port summaries each input partition's ingest publishes
+  (:meth:`FabricRollup.merge`, :mod:`streams.fabric_publish`), or sample by sample
+  (:meth:`FabricRollup.fold`, :meth:`FabricRollup.fold_message`: the same entities). Per entity it
   keeps the last value of each counter (to turn counters into per-second rates), a ring of the last
   :attr:`FabricConfig.recent` transmit rates with their times, congestion and error totals, per-day
   error totals (the last :attr:`FabricConfig.days_kept` days) and when it was first and last heard
@@ -37,9 +39,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 
 from models.timeutil import format_ts, parse_ts
-from streams.catalogue import Meaning, lookup
+from streams.catalogue import Meaning, MetricInfo, lookup
 from streams.ingest import decode_batch
 from streams.inventory import InventoryIndex
 from streams.lanes import LANE_ORDER
@@ -116,10 +119,27 @@ def is_transmit_bytes(metric: str) -> bool:
     return "xmitdata" in name or "transmitted_bytes" in name or name.startswith("tx_bytes") or "_tx_bytes" in name
 
 
+def counter_class(metric: str, info: MetricInfo) -> tuple[str | None, str, float]:
+    """``(category, kind or meaning, scale)`` of a counter the report uses: ``tx`` (bytes sent),
+    ``congestion``, ``errors``; ``(None, "", 1.0)`` for any other sample (it only says its exporter is alive).
+
+    >>> counter_class("PortXmitData", lookup("PortXmitData")), counter_class("PortXmitWait", lookup("PortXmitWait"))
+    (('tx', '', 4.0), ('congestion', 'xmit_wait', 1.0))
+    """
+    if info.counter and info.meaning is Meaning.THROUGHPUT and is_transmit_bytes(metric):
+        return ("tx", "", info.scale)
+    if info.counter and info.meaning is Meaning.CONGESTION:
+        return ("congestion", congestion_kind(metric), 1.0)
+    if info.counter and info.meaning in ERROR_MEANINGS:
+        return ("errors", info.meaning.value, 1.0)
+    return (None, "", 1.0)
+
+
 class EntityRollup:
     """One NIC port's or switch port's counters (see the module docstring)."""
 
-    __slots__ = ("congestion", "days", "errors", "first_seen", "last", "last_seen", "n_rates", "ring_bps", "ring_ts")
+    __slots__ = ("congestion", "cum", "days", "errors", "first_seen", "last", "last_seen", "lineage", "n_rates",
+                 "ring_bps", "ring_ts", "seq")
 
     def __init__(self, recent: int, ts: float) -> None:
         #: metric -> (ts, value) of its last sample
@@ -133,6 +153,32 @@ class EntityRollup:
         self.days: dict[int, float] = {}
         self.first_seen = ts
         self.last_seen = ts
+        # Merged from published summaries (:meth:`FabricRollup.merge`): the ingest state they came from,
+        # its cumulative totals as last merged and the sequence number of the next transmit rate.
+        self.lineage: str | None = None
+        self.cum: dict[str, float] = {}
+        self.seq = 0
+
+    def push_rate(self, ts: float, bps: float) -> None:
+        """One transmit rate into the ring (the oldest goes once it is full)."""
+        slot = self.n_rates % self.ring_ts.shape[0]
+        self.ring_ts[slot] = ts
+        self.ring_bps[slot] = bps
+        self.n_rates += 1
+
+    def add(self, key: str, delta: float, days_kept: int) -> None:
+        """Add ``delta`` to a total named as in a summary: ``c:<kind>`` (congestion), ``e:<meaning>``
+        (errors) or ``d:<day number>`` (errors that UTC day; the last ``days_kept`` days are kept)."""
+        what, name = key[0], key[2:]
+        if what == "c":
+            self.congestion[name] = self.congestion.get(name, 0.0) + delta
+        elif what == "e":
+            self.errors[name] = self.errors.get(name, 0.0) + delta
+        elif what == "d":
+            day = int(name)
+            self.days[day] = self.days.get(day, 0.0) + delta
+            while len(self.days) > days_kept:
+                del self.days[min(self.days)]
 
     def tx_rates(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ts, bytes per second)`` of the transmit rates held, oldest first."""
@@ -150,7 +196,8 @@ class EntityRollup:
 
 
 class FabricRollup:
-    """The per-entity rollup (module docstring). Fold samples with :meth:`fold` or :meth:`fold_message`."""
+    """The per-entity rollup (module docstring). Fold samples with :meth:`fold` or :meth:`fold_message`, or
+    merge the summaries of :mod:`streams.fabric_publish` with :meth:`merge` or :meth:`merge_message`."""
 
     def __init__(self, config: FabricConfig | None = None) -> None:
         self.config = config or FabricConfig()
@@ -200,10 +247,7 @@ class FabricRollup:
             return True  # the first value, a duplicate or late sample, or a counter reset: no rate
         delta, dt = value - before[1], ts - before[0]
         if category == "tx":
-            slot = entity.n_rates % self.config.recent
-            entity.ring_ts[slot] = ts
-            entity.ring_bps[slot] = delta * scale / dt
-            entity.n_rates += 1
+            entity.push_rate(ts, delta * scale / dt)
         elif category == "congestion":
             entity.congestion[sub] = entity.congestion.get(sub, 0.0) + delta
         else:
@@ -214,17 +258,77 @@ class FabricRollup:
                 del entity.days[min(entity.days)]
         return True
 
+    def merge_message(self, raw: bytes) -> int:
+        """Merge one ``fabric-rollup`` message (:mod:`streams.fabric_publish`); the samples it stands for
+        (0 for a message that is not one: skipped)."""
+        try:
+            msg = orjson.loads(raw)
+            lineage, ports = f"{msg['origin']}@{msg['lineage']}", msg["ports"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return 0
+        used = 0
+        for port in ports:
+            try:
+                used += self.merge(lineage, port)
+            except (KeyError, TypeError, ValueError, IndexError):
+                continue  # a port summary this version cannot read: the others still count
+        return used
+
+    def merge(self, lineage: str, port: dict[str, Any]) -> int:
+        """Merge one port's summary from the ingest state ``lineage``; the samples it stands for (0: refused).
+
+        The same samples folded here with :meth:`fold` and published as summaries give the same
+        entity. A summary carries its port's cumulative totals since the lineage began (``cum``) and
+        the sequence number of its first transmit rate (``seq``), so one published twice (a restored
+        state publishing again what its previous owner had) adds nothing: only what the cumulative
+        totals grew by is added, and only rates past the last sequence number merged are kept. The
+        first summary of a lineage adds its own increments (``inc``) instead: what the port did before
+        it (before this read model's start, or before an ingest state started afresh) is not counted.
+        """
+        key: EntityKey = (str(port["key"][0]), str(port["key"][1]), str(port["key"][2]), str(port["key"][3]))
+        first, last, samples = float(port["first"]), float(port["last"]), int(port.get("samples", 1))
+        entity = self.entities.get(key)
+        if entity is None:
+            if len(self.entities) >= self.config.max_entities:
+                self.refused += samples
+                return 0
+            entity = self.entities[key] = EntityRollup(self.config.recent, first)
+        entity.first_seen = min(entity.first_seen, first)
+        entity.last_seen = max(entity.last_seen, last)
+        if self.latest is None or last > self.latest:
+            self.latest = last
+        cum: dict[str, float] = port.get("cum") or {}
+        tx_ts: list[float] = port.get("tx_ts") or []
+        tx_bps: list[float] = port.get("tx_bps") or []
+        seq = int(port.get("seq", 0))
+        days_kept = self.config.days_kept
+        if entity.lineage != lineage:
+            entity.lineage = lineage
+            entity.cum = dict(cum)
+            entity.seq = seq + len(tx_ts)
+            skip = 0
+            for k, d in (port.get("inc") or {}).items():
+                entity.add(k, float(d), days_kept)
+        else:
+            skip = max(entity.seq - seq, 0)
+            entity.seq = max(entity.seq, seq + len(tx_ts))
+            held = entity.cum
+            for k, v in cum.items():
+                was = held.get(k)
+                if was is None or v > was:  # a total first seen (at zero too: it then exists), or grown
+                    held[k] = v
+                    entity.add(k, v - (was or 0.0), days_kept)
+        for t, bps in zip(tx_ts[skip:], tx_bps[skip:], strict=True):
+            entity.push_rate(t, bps)
+        if len(entity.cum) > 2 * days_kept + 16:  # old days' cumulative totals: no summary adds to them again
+            days = sorted((k for k in entity.cum if k.startswith("d:")), key=lambda k: int(k[2:]))
+            for k in days[:max(len(days) - days_kept, 0)]:
+                del entity.cum[k]
+        return samples
+
     def _classify(self, metric: str, kind: str | None) -> tuple[str | None, str, float]:
-        """``(category, kind or meaning, scale)`` of a counter: ``tx`` (bytes sent), ``congestion``,
-        ``errors``, or None (not used); kept per name (at most :data:`CLASS_CACHE` names)."""
-        info = lookup(metric, kind)
-        what: tuple[str | None, str, float] = (None, "", 1.0)
-        if info.counter and info.meaning is Meaning.THROUGHPUT and is_transmit_bytes(metric):
-            what = ("tx", "", info.scale)
-        elif info.counter and info.meaning is Meaning.CONGESTION:
-            what = ("congestion", congestion_kind(metric), 1.0)
-        elif info.counter and info.meaning in ERROR_MEANINGS:
-            what = ("errors", info.meaning.value, 1.0)
+        """:func:`counter_class` of a metric and kind, kept per name (at most :data:`CLASS_CACHE` names)."""
+        what = counter_class(metric, lookup(metric, kind))
         if len(self._classes) < CLASS_CACHE:
             self._classes[(metric, kind)] = what
         return what

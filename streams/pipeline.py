@@ -1,8 +1,8 @@
 """The per-partition telemetry pipeline, assembled in one place as a list of named stages.
 
-    decode -> validate -> normalise -> clocks -> rate -> score -> episodes -> points     (ingest, per input partition)
-    -> correlate -> inhibit -> silence -> track -> emit                                   (correlate, per job)
-    -> route -> deliver                                                                   (lockstep deliver)
+    decode -> validate -> normalise -> fabric -> clocks -> rate -> score -> episodes -> points  (ingest, per partition)
+    -> correlate -> inhibit -> silence -> track -> emit                                     (correlate, per job)
+    -> route -> deliver                                                                     (lockstep deliver)
 
 :data:`INGEST_STAGES` is what :meth:`PartitionPipeline.process_many` runs, in order, over one
 :class:`~streams.stages.base.Batch`; each stage is one module of :mod:`streams.stages` with a
@@ -36,6 +36,8 @@ import numpy as np
 
 from streams.clocks import ClockConfig, ClockTracker
 from streams.detect import DetectorBank, DetectorConfig
+from streams.fabric import FabricConfig
+from streams.fabric_publish import PartitionFabric
 from streams.inventory import InventoryIndex
 from streams.rates import CounterRates
 from streams.series import SeriesRegistry, grow
@@ -46,6 +48,7 @@ from streams.stages import (
     DeadLetterOut,
     Decode,
     Episodes,
+    Fabric,
     Normalise,
     Origin,
     PipelineOutput,
@@ -69,6 +72,7 @@ INGEST_STAGES: tuple[Stage, ...] = (
     Decode(),     # bytes -> records; not JSON, empty, too big: dead letter
     Validate(),   # records -> samples of known series (new ones admitted under the series caps)
     Normalise(),  # samples -> arrays in arrival order; negative counters: dead letter
+    Fabric(),     # NIC and switch samples -> the partition's fabric rollup (published as summaries by the agent)
     Clocks(),     # arrival delays -> per-source clock offsets; clock records
     Rate(),       # counters -> rates; duplicates dropped, out of order: dead letter
     Score(),      # values -> scores against each series' baseline; episode transitions
@@ -131,7 +135,8 @@ class PartitionPipeline:
     """
 
     def __init__(self, origin: str, config: DetectorConfig, inventory: InventoryIndex,
-                 clock: ClockConfig | None = None, stages: Sequence[Stage] = INGEST_STAGES) -> None:
+                 clock: ClockConfig | None = None, stages: Sequence[Stage] = INGEST_STAGES,
+                 fabric: FabricConfig | None = None, fabric_interval_s: float = 5.0) -> None:
         self.origin = origin
         #: What :meth:`process_many` runs, in order (:data:`INGEST_STAGES`).
         self.stages = tuple(stages)
@@ -163,6 +168,9 @@ class PartitionPipeline:
         self._intervals_version = -1
         #: Per series of a peer-compared lane: the worker it describes (see :func:`worker_name`).
         self._worker: dict[int, str] = {}
+        #: The NIC and switch-port rollup of this partition, published as summaries for every read model
+        #: (streams.fabric_publish); None: the fabric report is off.
+        self.fabric = PartitionFabric(fabric, fabric_interval_s) if fabric is not None else None
 
     # -- series bookkeeping -------------------------------------------------------------------
     def register_new(self, out: PipelineOutput | None) -> None:
@@ -198,6 +206,8 @@ class PartitionPipeline:
                 self._worker[sid] = worker_name(meta.source, meta.labels)
             if out is not None and info.meaning.value == "unknown":
                 out.unknown_metrics += 1
+        if self.fabric is not None:
+            self.fabric.register(added, reg.meta)
 
     def _sweep(self, out: PipelineOutput, refused: bool, messages: Sequence[tuple[bytes, Origin]]) -> None:
         """Evict the series without a sample for ``limits.idle_s`` of the partition's event time.
@@ -349,6 +359,8 @@ class PartitionPipeline:
         meta = {"origin": self.origin, "series": self.registry.snapshot(), "watermark": self.watermark,
                 "offset": self.last_offset, "record_ts": self.last_record_ts, "window": self.config.window,
                 "clocks": self.clocks.snapshot(), "swept": self._swept}
+        if self.fabric is not None:
+            meta["fabric"] = self.fabric.snapshot()
         return pack(arrays, meta)
 
     def restore(self, blob: bytes) -> None:
@@ -367,7 +379,11 @@ class PartitionPipeline:
         self._jobset = np.full(0, -1, dtype=np.int32)
         self._jobset_version = np.full(0, -1, dtype=np.int64)
         self._worker = {}
+        if self.fabric is not None:
+            self.fabric = PartitionFabric(self.fabric.config, self.fabric.interval_s)
         self.register_new(None)
+        if self.fabric is not None and "fabric" in meta:
+            self.fabric.restore(meta["fabric"])
         self.detector.restore(arrays)
         self.watermark = meta["watermark"]
         self.last_offset = meta["offset"]

@@ -18,11 +18,12 @@ from streams.stages.base import (
 from streams.stages.clocks import Clocks
 from streams.stages.decode import Decode
 from streams.stages.episodes import Episodes
+from streams.stages.fabric import Fabric
 from streams.stages.normalise import Normalise
 from streams.stages.points import Points
 from streams.stages.rate import Rate
 from streams.stages.score import Score
 from streams.stages.validate import Validate
 
-__all__ = ["Batch", "Clocks", "DeadLetterOut", "Decode", "Episodes", "Normalise", "Origin", "PipelineOutput", "Points",
-           "Rate", "Round", "Score", "Stage", "StageRef", "Validate", "merged_points_records"]
+__all__ = ["Batch", "Clocks", "DeadLetterOut", "Decode", "Episodes", "Fabric", "Normalise", "Origin", "PipelineOutput",
+           "Points", "Rate", "Round", "Score", "Stage", "StageRef", "Validate", "merged_points_records"]

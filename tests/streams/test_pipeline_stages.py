@@ -45,7 +45,7 @@ def pipe(**kwargs: object) -> PartitionPipeline:
 
 
 def test_the_pipeline_is_one_list_of_uniquely_named_stages() -> None:
-    assert STAGES == ("decode", "validate", "normalise", "clocks", "rate", "score", "episodes", "points")
+    assert STAGES == ("decode", "validate", "normalise", "fabric", "clocks", "rate", "score", "episodes", "points")
     assert tuple(s.name for s in INGEST_STAGES) == STAGES
     names = [s.name for s in PIPELINE]
     assert names[: len(STAGES)] == list(STAGES)
