@@ -8,7 +8,9 @@ the watermark catches up with the data (the greatest progress minus the lateness
 Live, the input partitions that exist are known (``inputs``: every telemetry partition): one that no
 worker has mentioned since this state started or was restored is between owners too (a rebalance
 under way, its new owner restoring it) and holds the watermark where it is, for up to
-``orphan_hold_s``; a worker that owns a partition without data mentions it idle at once. Without
+``orphan_hold_s``; a worker that owns a partition without data mentions it idle (at once if it never
+held a record, else once nothing was beyond its commit for ``watermark_idle_s``:
+agents.offsets.settled_without_data). Without
 this, a correlation partition restored from an early snapshot knew only some inputs, followed
 the ones the staying worker processed, and a rebalance paged ``job_stalled`` for the jobs whose
 step times were on the partitions being moved (the leaving-worker fault test, under load).
