@@ -14,7 +14,9 @@
   ``--output score`` scores the per-row ``score`` instead of ``novelty`` (HalfSpaceTrees has no novelty).
 - ``--windows`` adds, per file, where its score at the fixed threshold comes from (standard profile):
   each labelled window's first detection (row, worth) or its highest score if missed, and every row
-  detected outside the windows (row, score, cost) (:func:`streams.nab.detections`).
+  detected outside the windows (row, score, cost) (:func:`streams.nab.detections`), and per category
+  and overall where the points short of perfect go: missed windows, lateness, false-positive rows
+  (:func:`streams.nab.losses`).
 - ``lockstep eval nab DATA_DIR LABELS.json --scores RESULTS_DIR``: score precomputed outputs in NAB's
   results layout (``RESULTS_DIR/<category>/<detector>_<file>.csv`` with an ``anomaly_score`` column)
   instead of running the detector.
@@ -224,6 +226,8 @@ def run_nab(args: argparse.Namespace) -> int:
             print(f"  window rows {w.first_row}-{w.last_row}: {what}")
         if d.false_positives:
             print("  outside the windows: " + ", ".join(f"{r} ({s:.2f}, {w:+.3f})" for r, s, w in d.false_positives))
+    if found:
+        _print_losses(found)
     print()
     for name, res in results.items():
         print(f"{name:20s} {res.normalised:7.2f}  (raw {res.raw:.3f}, threshold {res.threshold:.6g}; "
@@ -231,6 +235,23 @@ def run_nab(args: argparse.Namespace) -> int:
     if rate is not None:
         print(f"points scored per second: {rate:,.0f}")
     return 0
+
+
+def _print_losses(found: dict[str, Any]) -> None:
+    """Per category and overall, where the score at the fixed threshold falls short of perfect."""
+    from streams.nab import PROFILES, Losses, losses
+
+    cost = PROFILES["standard"]
+    by_cat: dict[str, Losses] = {}
+    for name, d in found.items():
+        cat = name.split("/", 1)[0]
+        by_cat[cat] = by_cat.get(cat, Losses()) + losses(d, cost)
+    by_cat["overall"] = sum(by_cat.values(), Losses())
+    print(f"\n{'short of perfect (standard)':28s} {'windows':>7s} {'missed':>6s} {'miss cost':>9s} {'lateness':>8s} "
+          f"{'FP rows':>7s} {'FP cost':>7s} {'raw':>8s}")
+    for cat, lo in by_cat.items():
+        print(f"{cat:28s} {lo.windows:7d} {lo.missed:6d} {lo.miss_cost:9.3f} {lo.late:8.3f} {lo.fp_rows:7d} "
+              f"{lo.fp_cost:7.3f} {lo.raw:8.3f}")
 
 
 def _detections(files: list[Any], threshold: float) -> dict[str, Any]:

@@ -197,3 +197,7 @@ def test_eval_nab_windows_lists_where_the_score_comes_from(tmp_path: Path, capsy
     assert main(["eval", "nab", str(data), str(labels), "--windows"]) == 0
     out = capsys.readouterr().out
     assert "window rows" in out and "detected at" in out
+    # the shortfall table: its overall raw is the standard profile's raw score at the threshold
+    overall = next(line.split() for line in out.splitlines() if line.startswith("overall "))
+    assert float(overall[-1]) == pytest.approx(doc["totals"]["standard"]["at_threshold_raw"], abs=1e-3)
+    assert int(overall[1]) == sum(len(v) for v in windows.values())
