@@ -22,7 +22,7 @@ import orjson
 from agents.carriers import TOMBSTONE_REASON
 from agents.deadletters import dead_letter_of
 from agents.offsets import facts
-from agents.recovery import Action, decide, held
+from agents.recovery import NOTHING_HELD, Action, decide, held
 from agents.runtime import Runtime
 from agents.snapshots import read_snapshot
 from agents.topics import CORRELATOR_STATE_TABLE
@@ -96,6 +96,11 @@ class Correlate:
                     corr = self.new_partition()
             else:  # first ever, or a snapshot not recovered: said, so a restart that lost one shows it
                 log.info("correlation partition %d: no snapshot; starting empty", partition)
+                if rt.offsets is not None:
+                    # A previous owner may have folded records in, and the group committed them, without
+                    # ever writing a snapshot (its watermark never moved: nothing due). Those records are
+                    # read again for state before going on (resume), else their evidence is lost.
+                    state.correlator_resume_check.add(partition)
             state.correlators[partition] = corr
         return corr
 
@@ -216,8 +221,11 @@ class Correlate:
     async def resume(self, corr: JobPartition, partition: int, first: int | None,
                      first_ts: float | None = None) -> bool:
         """Make a restored correlation partition consistent with where Faust resumed (agents.recovery, as for
-        ingest, without the end-offset check): returns False for an offset the snapshot already holds."""
-        r = decide(await facts(self.rt.offsets, self.rt.catalogue.anomalies, partition, corr.last_offset,
+        ingest, without the end-offset check): returns False for an offset the snapshot already holds. A
+        partition with no snapshot is caught up too, from offset 0 (agents.recovery.NOTHING_HELD)."""
+        # A state that holds no record (no snapshot, or one taken before any) holds everything before offset 0.
+        held_upto = corr.last_offset if corr.last_offset is not None else NOTHING_HELD
+        r = decide(await facts(self.rt.offsets, self.rt.catalogue.anomalies, partition, held_upto,
                                corr.last_record_ts, first, first_ts, with_end=False))
         if r.action is Action.SKIP_HELD:
             return False

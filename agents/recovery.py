@@ -65,6 +65,11 @@ class Resume:
     why: str = ""
 
 
+#: The snapshot offset of a state that holds no record: a correlation partition with no snapshot (a
+#: previous owner may have processed and committed records without ever writing one), so
+#: :func:`decide` reads everything the group committed again for state (``CATCH_UP`` from offset 0).
+NOTHING_HELD = -1
+
 #: Kafka record times are milliseconds: two times closer than this are the same record.
 SAME_RECORD_S = 0.001
 
@@ -83,6 +88,10 @@ def decide(f: Facts) -> Resume:
     <Action.SKIP_HELD: 'skip_held'>
     >>> r = decide(Facts(9, 100.0, 15, committed=13, end=20)); r.action, r.start, r.stop
     (<Action.CATCH_UP: 'catch_up'>, 10, 13)
+    >>> r = decide(Facts(NOTHING_HELD, None, 12, committed=10)); r.action, r.start, r.stop  # no snapshot
+    (<Action.CATCH_UP: 'catch_up'>, 0, 10)
+    >>> decide(Facts(NOTHING_HELD, None, 0, committed=0)).action  # no snapshot, nothing committed: carry on
+    <Action.CONTINUE: 'continue'>
     """
     s, first = f.snapshot_offset, f.first_offset
     if s is None or first is None:

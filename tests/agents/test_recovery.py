@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.recovery import Action, Facts, decide, rebuild_range, stall_reread
+from agents.recovery import NOTHING_HELD, Action, Facts, decide, rebuild_range, stall_reread
 
 ROWS = [
     # (name, facts, action, start, stop)
@@ -35,6 +35,13 @@ ROWS = [
     ("a gap, commit unknown: all of it state only", Facts(9, 100.0, 15, end=50), Action.CATCH_UP, 10, 15),
     ("a gap, commit beyond F", Facts(9, 100.0, 15, committed=40, end=50), Action.CATCH_UP, 10, 15),
     ("a gap, commit behind the snapshot", Facts(9, 100.0, 15, committed=5, end=50), Action.CATCH_UP, 10, 10),
+    # A correlation partition with no snapshot whose previous owner processed and committed records
+    # without writing one (the leaving-worker fault test): what the group committed is read for state.
+    ("no snapshot, records committed before: state only from 0", Facts(NOTHING_HELD, None, 12, committed=12),
+     Action.CATCH_UP, 0, 12),
+    ("no snapshot, commit then a hole", Facts(NOTHING_HELD, None, 12, committed=7), Action.CATCH_UP, 0, 7),
+    ("no snapshot, commit unknown", Facts(NOTHING_HELD, None, 12), Action.CATCH_UP, 0, 12),
+    ("no snapshot, nothing before", Facts(NOTHING_HELD, None, 0, committed=0), Action.CONTINUE, None, None),
 ]
 
 
