@@ -103,9 +103,9 @@ class LockstepSettings(BaseSettings):
     )
     kafka_producer_linger_ms: int = Field(default=5, ge=0, le=1000)
     recovery_fetch_ends: bool = Field(
-        default=False, description="Table recovery reads each changelog partition to a fetch answer's end instead "
-        "of ListOffsets' (Tansu's can be one short: a partition's last snapshot is then not restored). Off by default: "
-        "with it on, a graceful leave's up-to-date handover shows a correlation fault (docs/operations.md)"
+        default=True, description="Table recovery reads each changelog partition to a fetch answer's end instead "
+        "of ListOffsets' (Tansu's can be one short: a partition's last snapshot is then not restored); one fetch "
+        "round per recovery (docs/operations.md)"
     )
     kafka_session_timeout_s: float | None = Field(
         default=None, ge=3, le=300, description="Consumer-group session timeout; unset: 10 s with the embedded "

@@ -10,10 +10,8 @@ inventory carries no line rate, so the replay file's link events are given 200 G
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from lockstep.cli import main
 from lockstep.replay import write_simulation
 from streams.fabric import QUESTIONS
 from tests.web.client import get
-from tests.web.conftest import _feed_seed_incident, web_settings
+from tests.web.conftest import _feed_seed_incident, web_settings, worker_in_thread
 from tests.web.test_web_openapi import conforms
 
 SPEED_GBPS = 200.0
@@ -53,19 +51,9 @@ def fabric_worker(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFacto
     write_simulation(path, "roce-retransmits")
     assert _with_line_rate(path) == 16
     settings = web_settings(broker, tmp)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="fabric-worker", daemon=True)
-    thread.start()
-    worker = None
-    try:
-        worker, _ = asyncio.run_coroutine_threadsafe(_feed_seed_incident(settings, broker.bootstrap, path),
-                                                     loop).result(900)
+    with worker_in_thread("fabric-worker", lambda: _feed_seed_incident(settings, broker.bootstrap, path)) as (
+            worker, _, _loop):
         yield worker
-    finally:
-        if worker is not None:
-            asyncio.run_coroutine_threadsafe(worker.stop(), loop).result(60)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
 
 
 def _group(report: dict[str, Any], question: str, fabric: str, tier: str) -> dict[str, Any]:

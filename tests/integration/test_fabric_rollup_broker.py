@@ -12,7 +12,6 @@ the very messages produced, folded raw into a :class:`FabricRollup` as every rea
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from lockstep.broker import EmbeddedBroker
 from lockstep.replay import batch_messages, read_input, write_simulation
 from streams.fabric import FABRIC_LAYERS, FabricRollup, fabric_report
 from tests.web.client import get
-from tests.web.conftest import _feed_seed_incident, read_model_caught_up, web_settings
+from tests.web.conftest import _feed_seed_incident, read_model_caught_up, web_settings, worker_in_thread
 
 pytestmark = [pytest.mark.broker]
 
@@ -57,18 +56,8 @@ def reader(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> 
     path = tmp / "roce.jsonl"
     write_simulation(path, "roce-retransmits")
     settings = web_settings(broker, tmp)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="fabric-rollup", daemon=True)
-    thread.start()
-    worker = None
-    try:
-        worker, facts = asyncio.run_coroutine_threadsafe(_run(settings, broker.bootstrap, path), loop).result(900)
+    with worker_in_thread("fabric-rollup", lambda: _run(settings, broker.bootstrap, path)) as (worker, facts, loop):
         yield worker, loop, path, facts
-    finally:
-        if worker is not None:
-            asyncio.run_coroutine_threadsafe(worker.stop(), loop).result(60)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
 
 
 def test_a_worker_ingesting_no_fabric_partition_answers_the_report_of_the_raw_fold(reader: Any) -> None:

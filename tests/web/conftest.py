@@ -11,9 +11,10 @@ finished every partition and the worker's read model has read every output recor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -118,6 +119,25 @@ def web_settings(broker: EmbeddedBroker, tmp: Path, **extra: Any) -> LockstepSet
         partitions=4, data_dir=tmp / "data", web_host="127.0.0.1", web_port=0, **extra)
 
 
+@contextlib.contextmanager
+def worker_in_thread(name: str, start: Callable[[], Coroutine[Any, Any, tuple[Any, Any]]]
+                     ) -> Iterator[tuple[Any, Any, asyncio.AbstractEventLoop]]:
+    """``(worker, what start gave with it, the loop)``: a worker started by ``start()`` on an event loop
+    of its own thread (the tests call it from theirs), stopped with the loop at exit."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name=name, daemon=True)
+    thread.start()
+    worker = None
+    try:
+        worker, extra = asyncio.run_coroutine_threadsafe(start(), loop).result(900)
+        yield worker, extra, loop
+    finally:
+        if worker is not None:
+            asyncio.run_coroutine_threadsafe(worker.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
 @pytest.fixture(scope="session")
 def seed_worker(web_broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveWorker]:
     """A worker with the API and page, fed the seed incident (llm-70b, leaf03 port 17)."""
@@ -127,16 +147,6 @@ def seed_worker(web_broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFac
     path = tmp / "seed.jsonl"
     write_simulation(path, "seed-incident")
     settings = web_settings(web_broker, tmp, api_token=TOKEN)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="seed-worker", daemon=True)
-    thread.start()
-    worker = None
-    try:
-        worker, summary = asyncio.run_coroutine_threadsafe(
-            _feed_seed_incident(settings, web_broker.bootstrap, path), loop).result(900)
+    with worker_in_thread("seed-worker", lambda: _feed_seed_incident(settings, web_broker.bootstrap, path)) as (
+            worker, summary, loop):
         yield LiveWorker(worker.web_url, settings, web_broker.bootstrap, loop, worker, summary=summary)
-    finally:
-        if worker is not None:
-            asyncio.run_coroutine_threadsafe(worker.stop(), loop).result(60)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)

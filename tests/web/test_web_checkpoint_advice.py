@@ -5,8 +5,6 @@ and by how much, as the alert on the ``alerts`` topic says."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +16,7 @@ from lockstep.replay import read_topic, write_simulation
 from models.timeutil import parse_ts
 
 from .client import get
-from .conftest import TOKEN, LiveWorker, _feed_seed_incident, web_settings
+from .conftest import TOKEN, LiveWorker, _feed_seed_incident, web_settings, worker_in_thread
 from .test_web_openapi import conforms
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(1200)]
@@ -31,19 +29,9 @@ def contention_worker(web_broker: EmbeddedBroker, tmp_path_factory: pytest.TempP
     path = tmp / "contention.jsonl"
     write_simulation(path, "checkpoint-contention")
     settings = web_settings(web_broker, tmp, api_token=TOKEN)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="contention-worker", daemon=True)
-    thread.start()
-    worker = None
-    try:
-        worker, summary = asyncio.run_coroutine_threadsafe(
-            _feed_seed_incident(settings, web_broker.bootstrap, path), loop).result(900)
+    with worker_in_thread("contention-worker",
+                          lambda: _feed_seed_incident(settings, web_broker.bootstrap, path)) as (worker, summary, loop):
         yield LiveWorker(worker.web_url, settings, web_broker.bootstrap, loop, worker, summary=summary)
-    finally:
-        if worker is not None:
-            asyncio.run_coroutine_threadsafe(worker.stop(), loop).result(60)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
 
 
 def test_a_launcher_reads_which_job_to_move_and_by_how_much(contention_worker: LiveWorker) -> None:
