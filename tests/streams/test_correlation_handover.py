@@ -15,33 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.inventory import inventory_adapter
-from streams.correlate import Correlator, CorrelatorConfig
-from streams.inventory import InventoryIndex
-
-T = 1764502800.0
-CFG = CorrelatorConfig(allowed_lateness_s=2.0, grace_s=5.0, lookback_s=60.0, resolve_after_s=10.0,
-                       job_end_margin_s=5.0)
-
-
-def inv() -> InventoryIndex:
-    index = InventoryIndex()
-    index.apply(inventory_adapter.validate_python({"kind": "job", "ts": T - 500, "job_id": "j", "state": "RUNNING",
-                                                   "nodes": "n[1-4]", "gpus_per_node": 8}))
-    for i in range(1, 5):
-        index.apply(inventory_adapter.validate_python({"kind": "link", "ts": T - 500, "node": f"n{i}",
-                                                       "device": "mlx5_0", "port": "1", "switch": "leaf1",
-                                                       "switch_port": str(10 + i)}))
-    return index
-
-
-def anomaly(at: float, layer: str, source: str, metric: str, meaning: str, *, phase: str = "start",
-            labels: dict[str, str] | None = None, role: str = "cause", value: float = 10.0,
-            p50: float = 1.0) -> dict[str, Any]:
-    return {"type": "anomaly", "phase": phase, "job_id": "j", "ts": T + at, "confirmed_ts": T + at + 1,
-            "layer": layer, "source": source, "labels": labels or {}, "metric": metric, "meaning": meaning,
-            "role": role, "direction": "up", "value": value, "p50": p50, "p99": p50 * 1.2, "score": 0.9,
-            "relation": "node", "origin": "o1"}
+from streams.correlate import Correlator
+from tests.streams.test_correlate_basics import CFG, T, anomaly, inv
 
 
 def nccl(node: str, at: float, phase: str = "start") -> dict[str, Any]:
