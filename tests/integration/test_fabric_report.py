@@ -10,6 +10,7 @@ inventory carries no line rate, so the replay file's link events are given 200 G
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 from pathlib import Path
@@ -21,8 +22,8 @@ import pytest
 from agents.openapi import openapi_document
 from lockstep.broker import EmbeddedBroker
 from lockstep.cli import main
-from lockstep.replay import write_simulation
-from streams.fabric import QUESTIONS
+from lockstep.replay import batch_messages, read_input, write_simulation
+from streams.fabric import FABRIC_LAYERS, QUESTIONS, FabricRollup, fabric_report
 from tests.web.client import get
 from tests.web.conftest import _feed_seed_incident, web_settings, worker_in_thread
 from tests.web.test_web_openapi import conforms
@@ -52,7 +53,8 @@ def fabric_worker(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFacto
     assert _with_line_rate(path) == 16
     settings = web_settings(broker, tmp)
     with worker_in_thread("fabric-worker", lambda: _feed_seed_incident(settings, broker.bootstrap, path)) as (
-            worker, _, _loop):
+            worker, _, loop):
+        worker.test_loop, worker.test_path = loop, path  # for the raw-fold comparison below
         yield worker
 
 
@@ -105,3 +107,39 @@ def test_the_fabric_command_prints_the_six_questions(fabric_worker: Any) -> None
     for q in QUESTIONS:
         assert f"\n{q}: " in text
     assert "gpu014 mlx5_0 port 1" in text
+
+
+def _raw_rollup(path: Path) -> FabricRollup:
+    """The NIC and switch messages as _feed_seed_incident produces them, folded raw (as every read model
+    did before the rollup moved to ingest)."""
+    with open(path, "rb") as fh:
+        data = read_input(fh)
+    roll = FabricRollup()
+    for layer, _, raws in batch_messages(data.samples):
+        if layer in FABRIC_LAYERS:
+            roll.fold_message(b"[" + b",".join(raws) + b"]")
+    return roll
+
+
+def test_the_report_from_the_published_summaries_is_the_raw_folds(fabric_worker: Any) -> None:
+    """The fabric rollup is folded where the telemetry is ingested and merged by every read model from
+    ``fabric-rollup`` (issue 23): the read model does not read ``telemetry.nic`` or ``telemetry.switch``
+    at all, so whichever worker answers, ``/fabric/report`` comes from the summaries alone, and it is
+    exactly the report of the produced messages folded raw."""
+    worker, loop = fabric_worker, fabric_worker.test_loop
+    cat, rm = worker.catalogue, worker.web.readmodel
+    assert cat.fabric_rollup in rm.kinds
+    assert not any(tp.topic in (cat.telemetry("nic"), cat.telemetry("switch")) for tp in rm.partitions)
+    assert rm.metrics.records.labels("fabric", "applied")._value.get() > 0
+
+    async def expected() -> dict[str, Any]:
+        store = worker.web.store
+        raw = _raw_rollup(fabric_worker.test_path)
+        assert raw.latest == store.fabric.latest
+        now = max(t for t in (store.fabric.latest, store.event_time) if t is not None)
+        return orjson.loads(orjson.dumps(fabric_report(raw, worker.inventory, store, now)))  # type: ignore[no-any-return]
+
+    want = asyncio.run_coroutine_threadsafe(expected(), loop).result(120)
+    reply = get(worker.web_url, "/fabric/report")
+    assert reply.status == 200, reply.body[:300]
+    assert reply.json == want
