@@ -163,14 +163,13 @@ def test_a_worker_killed_mid_incident_and_restarted_loses_nothing_and_alerts_onc
     # The wall floor leaves each partition one or two snapshots before the kill, so a snapshot that
     # table recovery misses is not made up for by an older one (Tansu's ListOffsets one short lost
     # nccl:2's only snapshot: no baseline, its episode never ended; agents.gaps.fetched_ends).
-    settings = make_settings(broker.bootstrap, snapshot_wall_floor_s=10.0, recovery_fetch_ends=True)
+    settings = make_settings(broker.bootstrap, snapshot_wall_floor_s=10.0)
 
     async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str, set[str]]:
         await create_topics(settings, broker.bootstrap)
         gen = LoadGenerator(SPEC)
         await send_inventory(settings, gen)
-        env = {"LOCKSTEP_RECOVERY_FETCH_ENDS": "true"}
-        first = WorkerProcess(settings, "first", extra_env=env)
+        first = WorkerProcess(settings, "first")
         workers.append(first)
         sending = asyncio.create_task(send_scrapes(settings, gen, range(0, 60), pace_s=0.15))
         topics = TopicCatalogue(settings).telemetry_topics
@@ -190,7 +189,7 @@ def test_a_worker_killed_mid_incident_and_restarted_loses_nothing_and_alerts_onc
         first.kill()  # mid-stream: offsets and outputs after the last commit are in flight
         await sending
         await send_scrapes(settings, gen, range(60, SCRAPES))
-        second = WorkerProcess(settings, "second", extra_env=env)
+        second = WorkerProcess(settings, "second")
         workers.append(second)
         alerts = await wait_resolved(settings, 120)
         topics = TopicCatalogue(settings).telemetry_topics
