@@ -15,14 +15,25 @@ over ``scrapes_per_batch`` scrapes per ``process_many`` call (so a batch holds s
 series: several rounds), with a few bad messages (not JSON, not a sample, an old one again: late)
 so the comparison covers dead letters too. Each run starts from fresh pipelines. ``--timed`` runs the current version
 with a stage timer, as the ingest agent calls it.
+
+A change below the pipeline module (the detectors, the scorers, the stages) is measured against a
+whole other tree instead: ``--baseline-tree DIR`` (a checkout of the code before, e.g.
+``git worktree add /tmp/before <commit>`` or ``git archive <commit> | tar -x -C /tmp/before``) runs
+each pass in a process of its own, this tree's and that tree's alternately, with ``PYTHONPATH`` at
+the tree, and compares a digest of every output::
+
+    PYTHONPATH=$PWD python -m benchmarks.bench_pipeline --baseline-tree /tmp/before
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import importlib.util
+import os
 import statistics
+import subprocess
 import sys
 import time
 import zlib
@@ -72,13 +83,13 @@ def workload(gpus: int, scrapes: int, partitions: int, per_batch: int, bad: bool
                 add(f"{topic}:{p}", topic, p, raw)
         if bad:  # every stage's dead letters among the good messages: not JSON, not a sample, out of order
             for origin in sorted(groups):
-                topic, p = origin.rsplit(":", 1)
+                topic, part = origin.rsplit(":", 1)
                 first_raw.setdefault(origin, []).append(groups[origin][0][0])
                 if n % 10 == 0:
-                    add(origin, topic, int(p), b"{not json")
-                    add(origin, topic, int(p), b'[{"ts": 1.0}]')
+                    add(origin, topic, int(part), b"{not json")
+                    add(origin, topic, int(part), b'[{"ts": 1.0}]')
                 if n % 10 == 5:
-                    add(origin, topic, int(p), first_raw[origin][-3])  # two batches back: late
+                    add(origin, topic, int(part), first_raw[origin][-3])  # two batches back: late
         batches += sorted(groups.items())
     return inv, batches, gen.samples_per_scrape * scrapes
 
@@ -115,6 +126,46 @@ def comparable(out: Any) -> str:
     return repr(doc)
 
 
+def one_pass(args: argparse.Namespace) -> int:
+    """One pass of the workload through the ``streams.pipeline`` on ``sys.path`` (``--one-pass``): prints
+    ``<samples> <CPU seconds> <digest of every output>``."""
+    import streams.pipeline as current
+
+    inv, batches, _ = workload(args.gpus, args.scrapes, args.partitions, args.scrapes_per_batch)
+    run(current, inv, batches[:8])  # warm-up, not measured: imports, a compiled kernel's cache load
+    spent, samples, outs = run(current, inv, batches, keep=True)
+    digest = hashlib.sha256("\n".join(comparable(o) for o in outs).encode()).hexdigest()[:16]
+    print(samples, spent, digest)
+    return 0
+
+
+def trees(args: argparse.Namespace) -> int:
+    """This tree against ``args.baseline_tree``, one pass per process, alternately (``--baseline-tree``)."""
+    here = Path(__file__).resolve().parents[1]
+    versions = {"baseline": Path(args.baseline_tree).resolve(), "current": here}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one-pass", "--gpus", str(args.gpus), "--scrapes",
+           str(args.scrapes), "--partitions", str(args.partitions), "--scrapes-per-batch", str(args.scrapes_per_batch)]
+    rates: dict[str, list[float]] = {name: [] for name in versions}
+    digests: dict[str, set[str]] = {name: set() for name in versions}
+    for r in range(args.repeat):
+        for name, tree in versions.items():
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), *args.path]))
+            line = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=True).stdout.split()
+            samples, spent, digest = int(line[0]), float(line[1]), line[2]
+            rates[name].append(samples / spent)
+            digests[name].add(digest)
+            print(f"round {r + 1} {name}: {samples / spent:,.0f} samples per CPU second (outputs {digest})", flush=True)
+    for name, r_ in rates.items():
+        print(f"{name}: median {statistics.median(r_):,.0f} samples per CPU second over {len(r_)} runs "
+              f"(min {min(r_):,.0f}, max {max(r_):,.0f})")
+    ratio = statistics.median(rates["current"]) / statistics.median(rates["baseline"])
+    pairs = [c / b for b, c in zip(rates["baseline"], rates["current"], strict=True)]
+    print(f"current/baseline: {ratio:.3f} (per interleaved pair: {', '.join(f'{p:.3f}' for p in pairs)})")
+    same = len(digests["current"]) == 1 and digests["current"] == digests["baseline"]
+    print("outputs: " + ("identical in every run" if same else f"DIFFER: {digests}"))
+    return 0 if same else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", type=Path, help="another streams/pipeline.py to compare with")
@@ -125,7 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--timed", action="store_true",
                         help="time the current version's stages as the ingest agent does (process_many's timer)")
+    parser.add_argument("--baseline-tree", type=Path,
+                        help="another whole checkout to compare with, one pass per process (see the module docstring)")
+    parser.add_argument("--path", action="append", default=[],
+                        help="with --baseline-tree: a directory both trees' processes import from too (e.g. a "
+                             "--target install of an optional package)")
+    parser.add_argument("--one-pass", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one_pass:
+        return one_pass(args)
+    if args.baseline_tree:
+        return trees(args)
     import streams.pipeline as current
 
     inv, batches, _ = workload(args.gpus, args.scrapes, args.partitions, args.scrapes_per_batch)

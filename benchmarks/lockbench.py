@@ -150,7 +150,8 @@ class Bench:
                     # the baselines' group timeouts (benchmarks.consumers): the embedded broker answers a
                     # new member's join after about half the rebalance timeout, 30 s by default here
                     "LOCKSTEP_KAFKA_SESSION_TIMEOUT_S": "10",
-                    "PYTHONPATH": str(REPO)})
+                    # the tree under test first, then what the bench was given (an optional package's --target)
+                    "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])})
         env.update(extra or {})
         return self._spawn([sys.executable, "-m", "lockstep.cli", "worker"], env, tag, cpu)
 
