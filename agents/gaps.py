@@ -125,16 +125,39 @@ class RangeReader:
             high = self._consumer.highwater(TopicPartition(topic, partition))
         return int(high) if high is not None else None
 
+    async def low(self, topic: str, partition: int, deadline_s: float = READ_DEADLINE_S) -> int | None:
+        """The partition's earliest offset still on the broker (its low-water mark, from ListOffsets
+        ``earliest``: retention may have trimmed what is before it); None when the broker did not say."""
+        from aiokafka import TopicPartition
+
+        tp = TopicPartition(topic, partition)
+        async with self._lock:
+            try:
+                consumer = await self._started()
+                offsets = await asyncio.wait_for(consumer.beginning_offsets([tp]), deadline_s)
+            except Exception as exc:  # unknown: the caller reads from 0 as before
+                log.warning("%s[%d]: no earliest offset from the broker (%r)", topic, partition, exc)
+                return None
+        value = offsets.get(tp)
+        return int(value) if value is not None else None
+
+    async def _started(self) -> Any:
+        """The side consumer, started on first use."""
+        from aiokafka import AIOKafkaConsumer
+
+        if self._consumer is None:
+            consumer = AIOKafkaConsumer(**client_kwargs(self.settings, self.bootstrap), group_id=None,
+                                        enable_auto_commit=False, fetch_max_wait_ms=50)
+            await consumer.start()
+            self._consumer = consumer
+        return self._consumer
+
     async def _read(self, topic: str, partition: int, start: int, stop: int, max_records: int,
                     deadline_s: float) -> list[Any]:
         """:meth:`read`, with the lock held."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import TopicPartition
 
-        if self._consumer is None:
-            self._consumer = AIOKafkaConsumer(**client_kwargs(self.settings, self.bootstrap), group_id=None,
-                                              enable_auto_commit=False, fetch_max_wait_ms=50)
-            await self._consumer.start()
-        consumer = self._consumer
+        consumer = await self._started()
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])  # a fresh assignment: no high-water mark until a fetch answers
         consumer.seek(tp, start)

@@ -25,7 +25,7 @@ import orjson
 from agents.batching import take_batches
 from agents.deadletters import dead_letter_of, raw_bytes
 from agents.offsets import facts
-from agents.recovery import Action, decide, held, rebuild_range
+from agents.recovery import NOTHING_HELD, Action, decide, held, rebuild_range
 from agents.runtime import Runtime
 from agents.snapshots import read_snapshot
 from agents.topics import DETECTOR_STATE_TABLE
@@ -133,7 +133,15 @@ class Ingest:
                 except Exception:
                     log.exception("snapshot of %s unusable; starting from an empty baseline", origin)
                     pipe = self.new_pipeline(origin)
-            else:  # first ever, or a snapshot not recovered: said, so a restart that lost one shows it
+            elif rt.offsets is not None:  # first ever, or a snapshot not recovered: said, so a restart shows it
+                # A previous owner may have processed records and the group committed them without a
+                # snapshot (it died or left before one was written, or the snapshot was lost): they are
+                # read again for state before going on (resume), else its baselines start cold and an
+                # episode it opened never ends.
+                log.info("%s: no snapshot; its baselines are learned from the committed records still on the "
+                         "broker (if any), then from its first message here", origin)
+                state.resume_check.add(origin)
+            else:
                 log.info("%s: no snapshot; its baselines are learned from its first message here", origin)
             state.pipelines[origin] = pipe
         return pipe
@@ -256,11 +264,20 @@ class Ingest:
     # -- recovery -------------------------------------------------------------------------------
     async def resume(self, pipe: PartitionPipeline, topic: str, partition: int,
                      items: list[tuple[bytes, Origin]]) -> list[tuple[bytes, Origin]]:
-        """Make a restored pipeline consistent with where Faust resumed the partition (agents.recovery)."""
+        """Make a restored pipeline consistent with where Faust resumed the partition (agents.recovery). A
+        pipeline with no snapshot is caught up too, from the partition's earliest offset on the broker
+        (agents.recovery.NOTHING_HELD), with its outputs left out: they went out before the commit. Either
+        catch-up reads at most ``ingest_catch_up_max_messages``, the last ones before the commit."""
         state = self.state
         first = items[0][1]
-        r = decide(await facts(self.rt.offsets, topic, partition, pipe.last_offset, pipe.last_record_ts,
-                               first.offset, first.timestamp, with_end=True))
+        empty = pipe.last_offset is None  # no snapshot, or one taken before any record: holds nothing
+        r = decide(await facts(self.rt.offsets, topic, partition, NOTHING_HELD if empty else pipe.last_offset,
+                               pipe.last_record_ts, first.offset, first.timestamp, with_end=True),
+                   most=self.rt.settings.ingest_catch_up_max_messages)
+        if empty and r.action is not Action.CATCH_UP:
+            log.info("%s: nothing committed before offset %s: its baselines are learned from here", pipe.origin,
+                     first.offset)
+            return items
         if r.action is Action.CONTINUE:
             if pipe.last_offset is not None and first.offset is not None and first.offset > pipe.last_offset + 1:
                 log.warning("%s: %s", pipe.origin, r.why)
@@ -284,11 +301,15 @@ class Ingest:
                 await self.catch_up(pipe, topic, partition, r.start, r.stop)
             return items
         assert r.action is Action.CATCH_UP and r.start is not None and r.stop is not None
-        n = await self.catch_up(pipe, topic, partition, r.start, r.stop)
+        if r.skipped_from is not None:
+            log.warning("%s: offsets %d..%d are not read back: %s", pipe.origin, r.skipped_from, r.start - 1, r.why)
+        started = time.monotonic()
+        n = await self.catch_up(pipe, topic, partition, r.start, r.stop, outputs=not empty)
         state.resume_caught_up += n
-        self.resumes.labels(pipe.origin, "caught_up").inc()
-        log.info("%s: restored state caught up over offsets %d..%d (%d messages, state only)", pipe.origin,
-                 r.start, r.stop - 1, n)
+        self.resumes.labels(pipe.origin, "no_snapshot" if empty else "caught_up").inc()
+        log.info("%s: %s caught up over offsets %d..%d (%d messages, state only, %.1f s)", pipe.origin,
+                 "state with no snapshot" if empty else "restored state", r.start, r.stop - 1, n,
+                 time.monotonic() - started)
         return items
 
     async def rebuild(self, topic: str, partition: int, last: int | None, last_ts: float | None = None) -> None:
@@ -325,13 +346,16 @@ class Ingest:
                     "to offset %d", name, snap, n, last)
 
     async def catch_up(self, pipe: PartitionPipeline, topic: str, partition: int, start: int, stop: int,
-                       skip: set[int] | None = None) -> int:
+                       skip: set[int] | None = None, outputs: bool = True) -> int:
         """Feed offsets ``[start, stop)`` of one partition to ``pipe`` to rebuild its state (``skip``: offsets
         left out, dead-lettered before).
 
-        Their outputs were produced before the commit; the anomaly episodes among them are produced
-        again anyway (correlation takes a repeated episode once), so nothing depends on the previous
-        worker having flushed them. Job points are not repeated (they would count twice)."""
+        Their outputs were produced before the commit (Faust flushes the producer before it commits); the
+        anomaly episodes and clock records among them are produced again anyway unless ``outputs`` is
+        False (correlation takes a repeated episode once), so nothing depends on the previous worker
+        having flushed them. A state rebuilt with no snapshot leaves them out: it reads the partition's
+        whole retained history, and repeating every episode of it would re-send long-closed ones. Job
+        points are never repeated (they would count twice)."""
         offsets = self.rt.offsets
         assert offsets is not None  # only called with a broker
         n = 0
@@ -341,7 +365,8 @@ class Ingest:
                     records = [m for m in records if m.offset not in skip]
                 out = pipe.process_many(items_of(records))
                 n += len(records)
-                await self.send_episodes(out)
+                if outputs:
+                    await self.send_episodes(out)
         except Exception:
             log.exception("%s: catching up over %d..%d failed after %d messages; the baselines miss the rest",
                           pipe.origin, start, stop - 1, n)
@@ -448,7 +473,8 @@ def ingest_resume_counter(metrics: Any) -> Any:
 
         counter = Counter("lockstep_ingest_resumes_total",
                           "Restored input partitions made consistent with the committed offset: caught_up (read "
-                          "again for state), skipped_in_snapshot, offsets_reset (topic recreated)",
+                          "again for state), no_snapshot (no snapshot: the committed records read again for "
+                          "state), skipped_in_snapshot, offsets_reset (topic recreated)",
                           ["origin", "how"], registry=metrics.registry)
         metrics._ingest_resumes = counter
     return counter

@@ -128,8 +128,10 @@ class Offsets:
     async def facts(self, topic: str, partition: int, snap: int | None, snap_ts: float | None, first: int | None,
                     first_ts: float | None, with_end: bool) -> Facts:
         """What agents.recovery.decide needs, read from the broker only where the decision needs it."""
-        at_snap = end = None
+        at_snap = end = low = None
         unread = False
+        if snap is not None and first is not None and first > snap + 1:  # a catch-up is likely: from where?
+            low = await self.ranges.low(topic, partition)
         if snap is not None and first is not None:
             if needs_broker_ts(snap, first):
                 if snap_ts is not None:
@@ -142,7 +144,7 @@ class Offsets:
             elif with_end:
                 end = await self.end(topic, partition, near=snap)
         return Facts(snap, snap_ts, first, first_ts, self.committed(topic, partition), end, at_snap, True,
-                     snapshot_record_unread=unread)
+                     snapshot_record_unread=unread, low=low)
 
     async def heal_stalls(self, watched: set[str], state: Any) -> None:
         """Resume and re-read an input partition that stopped delivering with records waiting (agents.stalls).

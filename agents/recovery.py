@@ -54,6 +54,9 @@ class Facts:
     broker: bool = True
     #: the record at S was asked for but the broker did not answer in time (unknown, not "none there")
     snapshot_record_unread: bool = False
+    #: the partition's earliest offset still on the broker (its low-water mark: retention may have trimmed
+    #: what is before it); None: unknown, taken as 0 (only asked when a catch-up is likely)
+    low: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +66,15 @@ class Resume:
     start: int | None = None
     stop: int | None = None
     why: str = ""
+    #: CATCH_UP: the offsets before ``start`` (from ``skipped_from``) that the state misses but that are not
+    #: read: trimmed by retention, or beyond the most a catch-up reads (``decide(..., most=)``)
+    skipped_from: int | None = None
 
 
-#: The snapshot offset of a state that holds no record: a correlation partition with no snapshot (a
-#: previous owner may have processed and committed records without ever writing one), so
-#: :func:`decide` reads everything the group committed again for state (``CATCH_UP`` from offset 0).
+#: The snapshot offset of a state that holds no record: an input or correlation partition with no
+#: snapshot (a previous owner may have processed and committed records without ever writing one, or
+#: the snapshot was lost), so :func:`decide` reads everything the group committed again for state
+#: (``CATCH_UP`` from offset 0, or from the partition's low-water mark when retention trimmed it).
 NOTHING_HELD = -1
 
 #: Kafka record times are milliseconds: two times closer than this are the same record.
@@ -79,8 +86,9 @@ def needs_broker_ts(snapshot_offset: int | None, first_offset: int | None) -> bo
     return snapshot_offset is not None and first_offset is not None and first_offset == snapshot_offset + 1
 
 
-def decide(f: Facts) -> Resume:
-    """The recovery decision for a restored partition.
+def decide(f: Facts, most: int | None = None) -> Resume:
+    """The recovery decision for a restored partition. ``most``: the most offsets a catch-up reads (the
+    last ones before its stop; None: no bound); what it leaves out is ``skipped_from..start-1``.
 
     >>> decide(Facts(9, 100.0, 10, broker_ts_at_snapshot=100.0)).action
     <Action.CONTINUE: 'continue'>
@@ -92,6 +100,10 @@ def decide(f: Facts) -> Resume:
     (<Action.CATCH_UP: 'catch_up'>, 0, 10)
     >>> decide(Facts(NOTHING_HELD, None, 0, committed=0)).action  # no snapshot, nothing committed: carry on
     <Action.CONTINUE: 'continue'>
+    >>> r = decide(Facts(NOTHING_HELD, None, 90, committed=90, low=30)); r.start, r.stop, r.skipped_from  # trimmed
+    (30, 90, 0)
+    >>> r = decide(Facts(NOTHING_HELD, None, 90, committed=90), most=50); r.start, r.stop, r.skipped_from  # bounded
+    (40, 90, 0)
     """
     s, first = f.snapshot_offset, f.first_offset
     if s is None or first is None:
@@ -124,7 +136,14 @@ def decide(f: Facts) -> Resume:
     # Up to the group's commit the outputs went out before (state only); a hole between the commit and
     # ``first`` is processed in full by the agent (agents.gaps).
     upto = catch_up_until(s, f.committed, first)
-    return Resume(Action.CATCH_UP, s + 1, upto, why="the restored state misses offsets the group committed")
+    start, why = s + 1, "the restored state misses offsets the group committed"
+    if f.low is not None and f.low > start:
+        start = min(f.low, upto)
+        why += f" (offsets {s + 1}..{start - 1} are no longer on the broker: retention trimmed them)"
+    if most is not None and upto - start > most:
+        why += f" (offsets {start}..{upto - most - 1} not read: more than the {most} a catch-up reads)"
+        start = upto - most
+    return Resume(Action.CATCH_UP, start, upto, why=why, skipped_from=s + 1 if start > s + 1 else None)
 
 
 def rebuild_range(snapshot_offset: int | None, last: int | None) -> tuple[int, int] | None:

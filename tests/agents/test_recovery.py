@@ -42,6 +42,18 @@ ROWS = [
     ("no snapshot, commit then a hole", Facts(NOTHING_HELD, None, 12, committed=7), Action.CATCH_UP, 0, 7),
     ("no snapshot, commit unknown", Facts(NOTHING_HELD, None, 12), Action.CATCH_UP, 0, 12),
     ("no snapshot, nothing before", Facts(NOTHING_HELD, None, 0, committed=0), Action.CONTINUE, None, None),
+    # An input partition with no snapshot whose previous owner died before writing one
+    # (tests/faults/test_ingest_no_snapshot.py): the same, from the earliest offset still on the broker.
+    ("no snapshot, retention trimmed the start: from the low-water mark",
+     Facts(NOTHING_HELD, None, 90, committed=90, end=120, low=30), Action.CATCH_UP, 30, 90),
+    ("no snapshot, low-water mark 0", Facts(NOTHING_HELD, None, 90, committed=90, end=120, low=0), Action.CATCH_UP,
+     0, 90),
+    ("no snapshot, everything committed trimmed: nothing to read", Facts(NOTHING_HELD, None, 90, committed=90, low=90),
+     Action.CATCH_UP, 90, 90),
+    ("no snapshot, first record of a fresh group past a trimmed start", Facts(NOTHING_HELD, None, 30, committed=None,
+                                                                              low=30), Action.CATCH_UP, 30, 30),
+    ("a gap, its start trimmed by retention", Facts(9, 100.0, 15, committed=13, end=50, low=12), Action.CATCH_UP, 12,
+     13),
 ]
 
 
@@ -50,6 +62,23 @@ def test_resume_decisions(facts: Facts, action: Action, start: int | None, stop:
     r = decide(facts)
     assert (r.action, r.start, r.stop) == (action, start, stop)
     assert r.why
+
+
+@pytest.mark.parametrize(("facts", "most", "start", "stop", "skipped_from"), [
+    (Facts(NOTHING_HELD, None, 90, committed=90), 50, 40, 90, 0),  # the last 50 before the commit
+    (Facts(NOTHING_HELD, None, 90, committed=90), 90, 0, 90, None),  # exactly the bound: all of it
+    (Facts(NOTHING_HELD, None, 90, committed=90), 0, 90, 90, 0),  # 0: nothing read back
+    (Facts(NOTHING_HELD, None, 90, committed=90, low=60), 50, 60, 90, 0),  # trimmed below the bound
+    (Facts(NOTHING_HELD, None, 90, committed=90, low=20), 50, 40, 90, 0),  # both: the bound decides
+    (Facts(9, 100.0, 200, committed=150, end=300), 100, 50, 150, 10),  # a snapshot's catch-up is bounded too
+    (Facts(9, 100.0, 15, committed=13, end=50), None, 10, 13, None),  # no bound
+])
+def test_catch_ups_read_at_most_the_bound_and_say_what_they_leave_out(
+        facts: Facts, most: int | None, start: int, stop: int, skipped_from: int | None) -> None:
+    r = decide(facts, most=most)
+    assert (r.action, r.start, r.stop, r.skipped_from) == (Action.CATCH_UP, start, stop, skipped_from)
+    if skipped_from is not None:
+        assert "not read" in r.why or "trimmed" in r.why
 
 
 @pytest.mark.parametrize(("snap", "last", "expected"), [
