@@ -35,15 +35,15 @@ from streams.pipeline import Origin, PartitionPipeline
 LAYERS = ("gpu", "nic", "host", "nccl", "step", "switch", "storage")
 
 
-async def run(gpus: int, minutes: float, partitions: int, partition: int) -> None:
+async def run(bootstrap: str, gpus: int, minutes: float, partitions: int, partition: int) -> None:
     from aiokafka.partitioner import DefaultPartitioner
 
-    with EmbeddedBroker() as broker:
+    if True:  # the broker is started outside the event loop (lockstep.broker)
         run_id = uuid.uuid4().hex[:8]
         settings = LockstepSettings(  # type: ignore[call-arg]
-            _env_file=None, kafka_bootstrap_servers=broker.bootstrap, topic_prefix=f"b{run_id}.",
+            _env_file=None, kafka_bootstrap_servers=bootstrap, topic_prefix=f"b{run_id}.",
             app_id=f"lockstep-bench-{run_id}", partitions=partitions, data_dir=Path(f"/tmp/lockstep-bench-{run_id}"))
-        await create_topics(settings, broker.bootstrap)
+        await create_topics(settings, bootstrap)
         cat = TopicCatalogue(settings)
         gen = LoadGenerator(LoadSpec(gpus=gpus))
         inv = InventoryIndex()
@@ -52,7 +52,7 @@ async def run(gpus: int, minutes: float, partitions: int, partition: int) -> Non
         part = DefaultPartitioner()
         every = list(range(partitions))
         kept: dict[str, list[bytes]] = {layer: [] for layer in LAYERS}
-        producer = await start_producer(settings, broker.bootstrap)
+        producer = await start_producer(settings, bootstrap)
         started = time.perf_counter()
         try:
             for k in range(int(minutes * 60)):
@@ -69,7 +69,7 @@ async def run(gpus: int, minutes: float, partitions: int, partition: int) -> Non
         print(f"{gpus} GPUs, {minutes:g} min of event time, partition {partition} of {partitions}: {total} messages "
               f"produced in {produced_s:.1f} s")
         config = detector_config(settings)
-        reader = RangeReader(settings, broker.bootstrap)
+        reader = RangeReader(settings, bootstrap)
         sums = [0, 0.0, 0.0]
         print(f"{'layer':8} {'messages':>9} {'samples':>9} {'memory s':>9} {'catch-up s':>10} {'ratio':>6} "
               f"{'msgs/s':>8}")
@@ -116,7 +116,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--partition", type=int, default=0)
     args = parser.parse_args()
-    asyncio.run(run(args.gpus, args.minutes, args.partitions, args.partition))
+    with EmbeddedBroker() as broker:
+        asyncio.run(run(broker.bootstrap, args.gpus, args.minutes, args.partitions, args.partition))
 
 
 if __name__ == "__main__":
