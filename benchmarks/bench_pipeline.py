@@ -132,7 +132,7 @@ def one_pass(args: argparse.Namespace) -> int:
     import streams.pipeline as current
 
     inv, batches, _ = workload(args.gpus, args.scrapes, args.partitions, args.scrapes_per_batch)
-    run(current, inv, batches[:8])  # warm-up, not measured: imports, a compiled kernel's cache load
+    run(current, inv, batches[:8])  # warm-up, not measured: imports, first allocations
     spent, samples, outs = run(current, inv, batches, keep=True)
     digest = hashlib.sha256("\n".join(comparable(o) for o in outs).encode()).hexdigest()[:16]
     print(samples, spent, digest)

@@ -89,13 +89,19 @@ async def delete_detector_snapshots(settings: LockstepSettings) -> int:
     return len(keys)
 
 
-def test_an_input_partition_without_a_snapshot_ends_the_episodes_its_previous_owner_opened(
-        broker: EmbeddedBroker, workers: list[WorkerProcess], reference: set[tuple[Any, ...]]) -> None:
+Handover = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], str, set[str]]
+
+
+def handover(broker: EmbeddedBroker, workers: list[WorkerProcess], reference: set[tuple[Any, ...]],
+             env: dict[str, str] | None = None) -> Handover:
+    """The first worker opens the incident's episodes and is killed; its detector snapshots are deleted; a
+    second worker (``env``) takes over. The anomalies before the kill, all anomalies and alerts at the
+    end, the second worker's log, and the input partitions the group had committed records of."""
     # Snapshots only at a partition's first batch (then not for a long stretch of event time): the ones
     # written are deleted below, so the new owner finds none.
     settings = make_settings(broker.bootstrap, snapshot_interval_s=100_000.0)
 
-    async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], str, set[str]]:
+    async def go() -> Handover:
         await create_topics(settings, broker.bootstrap)
         gen = LoadGenerator(SPEC)
         await send_inventory(settings, gen)
@@ -115,7 +121,7 @@ def test_an_input_partition_without_a_snapshot_ends_the_episodes_its_previous_ow
         deleted = await delete_detector_snapshots(settings)
         assert deleted and not await detector_snapshots(settings)
         await send_scrapes(settings, gen, range(KILLED_AT, SCRAPES))
-        second = WorkerProcess(settings, "second")
+        second = WorkerProcess(settings, "second", extra_env=env)
         workers.append(second)
         alerts = await wait_resolved(settings, 90)
         consumed = await wait_consumed(settings, 60)
@@ -123,7 +129,12 @@ def test_an_input_partition_without_a_snapshot_ends_the_episodes_its_previous_ow
         second.stop()
         return before, anomalies, alerts, second.log(), held
 
-    before, anomalies, alerts, log, held = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_an_input_partition_without_a_snapshot_ends_the_episodes_its_previous_owner_opened(
+        broker: EmbeddedBroker, workers: list[WorkerProcess], reference: set[tuple[Any, ...]]) -> None:
+    before, anomalies, alerts, log, held = handover(broker, workers, reference)
     tail = log[-4000:]
     # The premise: the new owner found no snapshot for the input partitions the first one processed.
     empty = set(re.findall(r"(\S+): no snapshot; its baselines", log))
@@ -143,3 +154,17 @@ def test_an_input_partition_without_a_snapshot_ends_the_episodes_its_previous_ow
         r"(\S+): state with no snapshot caught up over offsets \d+\.\.\d+ \((\d+) messages", log)}
     assert set(caught_up) == held and all(caught_up.values()), (sorted(held), caught_up)
     assert "no earliest offset" not in log and "are not read back" not in log, tail
+
+
+def test_a_catch_up_reads_at_most_its_bound_and_says_what_it_leaves_out(
+        broker: EmbeddedBroker, workers: list[WorkerProcess], reference: set[tuple[Any, ...]]) -> None:
+    _, _, _, log, held = handover(broker, workers, reference, {"LOCKSTEP_INGEST_CATCH_UP_MAX_MESSAGES": "20"})
+    read = {name: (int(lo), int(hi), int(n)) for name, lo, hi, n in re.findall(
+        r"(\S+): state with no snapshot caught up over offsets (\d+)\.\.(\d+) \((\d+) messages", log)}
+    left_out = {name: (int(lo), int(hi)) for name, lo, hi in re.findall(
+        r"(\S+): offsets (\d+)\.\.(\d+) are not read back: .*more than the 20 a catch-up reads", log)}
+    assert set(read) == held and all(n <= 20 for *_, n in read.values()), read
+    # Every partition with more than 20 committed records says which offsets it did not read: those
+    # before the last 20.
+    assert left_out and all(left_out[name] == (0, read[name][0] - 1) for name in left_out), (left_out, read)
+    assert {name for name, (lo, hi, _) in read.items() if lo > 0} == set(left_out)
