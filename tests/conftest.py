@@ -18,13 +18,20 @@ from typing import Any
 import pytest
 
 #: Wall seconds of the long modules, set-up and teardown included (the sum of their tests' phases in a
-#: whole-suite run with ``-n 2`` on the 2-core machine). They only order the work units: a stale or
-#: missing figure makes the run less well balanced, never a result different. Modules not listed count
-#: :data:`BROKER_MODULE_SECONDS` if marked ``broker``, else :data:`SECONDS_PER_TEST` a test.
+#: whole-suite run with ``-n 2`` on the 2-core machine, at load 5-9 beside other work, 2026-12-02).
+#: They only order the work units: a stale or missing figure makes the run less well balanced, never a
+#: result different. Modules not listed count :data:`BROKER_MODULE_SECONDS` if marked ``broker``, else
+#: :data:`SECONDS_PER_TEST` a test.
 MODULE_SECONDS: dict[str, float] = {
     "tests/streams/test_scenarios_local.py": 370.0,
     "tests/integration/test_scenarios_broker.py": 320.0,
-    "tests/web/test_web_api.py": 130.0,
+    "tests/web/test_web_api.py": 221.0,
+    "tests/web/test_web_browser.py": 6.0,
+    "tests/web/test_web_fleet.py": 5.0,
+    "tests/web/test_web_fabric_page.py": 4.0,
+    "tests/web/test_web_capacity.py": 3.0,
+    "tests/web/test_web_openapi.py": 3.0,
+    "tests/web/test_web_fabric_health.py": 3.0,
     "tests/streams/test_fabric_publish.py": 125.0,
     "tests/cli/test_demo_clock.py": 107.0,
     "tests/detect/test_seasonality.py": 80.0,
@@ -35,6 +42,23 @@ MODULE_SECONDS: dict[str, float] = {
     "tests/deploy/test_kafka_security.py": 22.0,
     "tests/delivery/test_receiver_registry.py": 18.0,
     "tests/streams/test_pipeline.py": 15.0,
+    "tests/integration/test_lifecycle_broker.py": 324.0,
+    "tests/faults/test_worker_faults.py": 188.0,
+    "tests/integration/test_carriers.py": 160.0,
+    "tests/faults/test_catch_up_snapshots.py": 87.0,
+    "tests/integration/test_kafka_clients.py": 71.0,
+    "tests/faults/test_lull.py": 70.0,
+    "tests/faults/test_broker_restart.py": 65.0,
+    "tests/faults/test_read_load.py": 60.0,
+    "tests/faults/test_broker_loss.py": 51.0,
+    "tests/faults/test_poison.py": 48.0,
+    "tests/integration/test_gaps.py": 44.0,
+    "tests/faults/test_cardinality.py": 38.0,
+    "tests/faults/test_delivery_trust.py": 29.0,
+    "tests/integration/test_alertmanager_input.py": 25.0,
+    "tests/faults/test_bad_input.py": 20.0,
+    "tests/delivery/test_delivery_broker.py": 20.0,
+    "tests/integration/test_batching.py": 17.0,
     "tests/detect/test_peers.py": 11.0,
     "tests/streams/test_series_cap.py": 11.0,
     "tests/formats/test_contract_and_bad_input.py": 11.0,
@@ -53,6 +77,13 @@ TEST_SECONDS: dict[str, float] = {
     "tests/integration/test_scenarios_broker.py::test_checkpoint_contention_through_the_broker": 40.0,
     "tests/integration/test_scenarios_broker.py::test_clock_skew_through_the_broker": 40.0,
     "tests/cli/test_demo_clock.py::test_no_event_time_is_sent_ahead_of_the_wall_clock": 9.0,
+    "tests/integration/test_carriers.py::test_a_seed_replay_mixing_real_formats_and_native_samples_gives_the_native_alert":
+        150.0,
+    "tests/integration/test_lifecycle_broker.py::test_a_busy_cluster_with_job_churn_raises_nothing_through_the_broker":
+        141.0,
+    "tests/integration/test_lifecycle_broker.py::test_a_stalled_job_through_the_broker": 104.0,
+    "tests/integration/test_lifecycle_broker.py::test_a_healthy_cluster_with_jobs_starting_and_ending_raises_nothing":
+        79.0,
     "tests/streams/test_fabric_publish.py::test_the_report_from_published_summaries_is_the_raw_folds": 48.0,
     "tests/streams/test_fabric_publish.py::test_a_restored_partition_publishing_again_adds_nothing_twice": 28.0,
     "tests/streams/test_fabric_publish.py::test_the_load_generators_cluster_gives_the_same_report": 18.0,
@@ -77,6 +108,8 @@ SPLIT_MODULES: dict[str, tuple[tuple[str, ...], ...]] = {
          "test_seed_incident_resolves_once_with_the_same_identity"),),
     "tests/integration/test_scenarios_broker.py": (),
     "tests/cli/test_demo_clock.py": (),
+    "tests/integration/test_carriers.py": (),
+    "tests/integration/test_lifecycle_broker.py": (),
     "tests/streams/test_fabric_publish.py": (
         ("test_the_report_from_published_summaries_is_the_raw_folds",
          "test_a_restored_partition_publishing_again_adds_nothing_twice"),),
