@@ -36,7 +36,16 @@ from .kit import (
     send_scrapes,
     wait_until,
 )
-from .test_worker_faults import SCRAPES, SPEC, check, read_all_anomalies, read_anomalies, wait_consumed, wait_resolved
+from .test_worker_faults import (
+    SCRAPES,
+    SPEC,
+    check,
+    detector_snapshots,
+    read_all_anomalies,
+    read_anomalies,
+    wait_consumed,
+    wait_resolved,
+)
 
 pytestmark = [pytest.mark.broker]
 
@@ -47,31 +56,6 @@ KILLED_AT = 60
 @pytest.fixture(scope="module")
 def reference() -> set[tuple[Any, ...]]:
     return reference_anomalies(SPEC, SCRAPES)
-
-
-async def detector_snapshots(settings: LockstepSettings) -> dict[bytes, int]:
-    """The keys of the detector changelog whose last record holds a snapshot, with their partition."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    topic = f"{settings.app_id}-detector_state-changelog"
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, group_id=None,
-                                enable_auto_commit=False, fetch_max_wait_ms=50)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        last: dict[bytes, tuple[int, bytes | None]] = {}
-        quiet = 0
-        while quiet < 3:
-            batches = await consumer.getmany(timeout_ms=200)
-            quiet = 0 if batches else quiet + 1
-            for tp, msgs in batches.items():
-                for m in msgs:
-                    last[m.key] = (tp.partition, m.value)
-        return {k: p for k, (p, v) in last.items() if v}
-    finally:
-        await consumer.stop()
 
 
 async def delete_detector_snapshots(settings: LockstepSettings) -> int:

@@ -119,8 +119,8 @@ async def wait_consumed(settings: Any, timeout_s: float) -> bool:
     return await wait_until(consumed, timeout_s)
 
 
-async def snapshotted(settings: Any) -> set[str]:
-    """The input partitions (``topic:partition``) with a detector snapshot in the table's changelog."""
+async def detector_snapshots(settings: Any) -> dict[bytes, int]:
+    """The keys of the detector changelog whose last record holds a snapshot, with their partition."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     topic = f"{settings.app_id}-detector_state-changelog"
@@ -131,15 +131,22 @@ async def snapshotted(settings: Any) -> set[str]:
         tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        keys: set[str] = set()
+        last: dict[bytes, tuple[int, bytes | None]] = {}
         quiet = 0
         while quiet < 3:
             batches = await consumer.getmany(timeout_ms=200)
             quiet = 0 if batches else quiet + 1
-            keys.update(m.key.decode() for msgs in batches.values() for m in msgs if m.key and m.value)
-        return keys
+            for tp, msgs in batches.items():
+                for m in msgs:
+                    last[m.key] = (tp.partition, m.value)
+        return {k: p for k, (p, v) in last.items() if v}
     finally:
         await consumer.stop()
+
+
+async def snapshotted(settings: Any) -> set[str]:
+    """The input partitions (``topic:partition``) with a detector snapshot in the table's changelog."""
+    return {key.decode() for key in await detector_snapshots(settings)}
 
 
 def check(reference: set[tuple[Any, ...]], anomalies: list[dict[str, Any]], alerts: list[dict[str, Any]]) -> None:
