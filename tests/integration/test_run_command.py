@@ -75,12 +75,17 @@ def seconds_behind(wall: datetime, clock: str) -> float:
 
 
 def test_run_never_stamps_an_alert_time_ahead_of_the_wall_clock(tmp_path: Path) -> None:
-    """The resolved alert's time (Alertmanager's ``endsAt``) is in the past when it is printed."""
+    """The resolved alert's time (Alertmanager's ``endsAt``) is in the past when it is printed.
+
+    The run ends at the resolved alert (an event); ``--max-seconds`` is only a bound for a run that
+    never gets there. Alone the run takes ~40 s here; under the whole suite on 2 vCPUs it once took
+    more than the 90 s bound this test had, so the bound is the sibling test's 240 s.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
     env["LOCKSTEP_DATA_DIR"] = str(tmp_path)
     stderr = (tmp_path / "stderr").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "lockstep.cli", "run", "--exit-on", "resolved",
-                             "--max-seconds", "90"], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+                             "--max-seconds", "240"], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
     times: list[tuple[str, float]] = []  # (what, seconds behind the wall clock when the line arrived)
     lines = []
     try:
@@ -94,7 +99,9 @@ def test_run_never_stamps_an_alert_time_ahead_of_the_wall_clock(tmp_path: Path) 
                 found = re.search(pattern, line)
                 if found:
                     times.append((what, seconds_behind(wall, found.group(1))))
-        assert proc.wait(timeout=30) == 0, "".join(lines)[-2000:]
+        code = proc.wait(timeout=30)
+        stderr.flush()
+        assert code == 0, ("".join(lines)[-2000:], (tmp_path / "stderr").read_text()[-3000:])
     finally:
         if proc.poll() is None:
             proc.kill()
