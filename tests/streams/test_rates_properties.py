@@ -11,10 +11,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.rates import CounterRates
+
+# These strategies draw only from Hypothesis. Under xdist a session-scoped worker of the web tests
+# (tests/web/conftest.py: seed_worker) can still be running in the same process, and its Kafka clients'
+# threads call the ``random`` module while examples are generated; Hypothesis sees the module's state
+# move and warns once per example (137 warnings in one CI run), about a thread that is not the strategy.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Do not use the `random` module inside strategies:hypothesis.errors.HypothesisDeprecationWarning")
 
 WRAP32 = 2.0**32
 
