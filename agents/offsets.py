@@ -194,6 +194,7 @@ class Offsets:
                     consumer._read_offset.get(tp), consumer._committed_offset.get(tp),
                     tp in (consumer._active_partitions or ()), tp in consumer._buffered_partitions,
                     tp in consumer._paused_partitions, offset)
+        log.warning("%s:%d: the client's view: %s", tp.topic, tp.partition, client_view(consumer, tp))
         self.metrics.stalls.labels(tp.topic).inc()
         consumer.resume_partitions([tp])
         consumer._buffered_partitions.discard(tp)
@@ -224,6 +225,22 @@ class Offsets:
         finally:
             await consumer.stop()
         return found
+
+
+def client_view(consumer: Any, tp: Any) -> str:
+    """What aiokafka (under Faust) holds for ``tp``: its fetch position, whether it is paused, fetched
+    records not yet handed to Faust, and a fetch in flight. A diagnostic for the stall watch's log
+    (read across threads without a lock: a snapshot, not a contract); "unknown" when it cannot be read."""
+    try:
+        client = consumer._thread._ensure_consumer()
+        state = client._subscription.subscription.assignment.state_value(tp)
+        fetcher = client._fetcher
+        held = fetcher._records.get(tp)
+        return (f"position={state.position if state.has_valid_position else None} paused={state.paused} "
+                f"fetched={held!r} in_flight={sorted(fetcher._in_flight)} "
+                f"assigned={len(client._subscription.subscription.assignment.tps)}")
+    except Exception as e:  # a diagnostic only
+        return f"unknown ({type(e).__name__}: {e})"
 
 
 async def facts(offsets: Offsets | None, topic: str, partition: int, snap: int | None, snap_ts: float | None,

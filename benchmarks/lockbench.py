@@ -53,6 +53,11 @@ class Run:
     coarse: bool = False  # too few progress points inside the steady window: fitted over every started point
     why: str | None = None  # why there is no rate, when there is none
     wall_s: float | None = None  # the whole run, start-up included (what the run cost the bench)
+    #: With several processes in one group: seconds from their start until the group was stable with all of
+    #: them (:meth:`Bench.group_settled`); the rate and CPU are fitted from then on, so the joins and
+    #: rebalances of the start (a one-off, seconds each on the embedded broker) are not counted as the
+    #: group's steady rate. None: one process, or not waited for.
+    settled_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -245,6 +250,23 @@ class Bench:
                 total += offset or 0
         return total
 
+    async def group_settled(self, group: str, members: int) -> bool:
+        """Whether consumer group ``group`` is Stable with ``members`` members (DescribeGroups): every
+        worker has joined and the last rebalance of the start is over. False when it cannot be asked."""
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            await admin.start()
+            (answer,) = await admin.describe_consumer_groups([group])
+            (_, name, state, _, _, found, *_) = answer.groups[0]
+            return bool(name == group and state == "Stable" and len(found) == members)
+        except Exception:
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
+
     async def lag(self, group: str, topics: list[str]) -> int:
         """Messages the group has not committed yet over ``topics``: the end offsets minus the
         committed ones, per partition never below 0 (the embedded broker can report the end of batched
@@ -276,17 +298,26 @@ class Bench:
         self._offset_readers.clear()
 
     async def watch(self, run: Run, progress: Callable[[], Awaitable[tuple[float | None, int]]],
-                    procs: list[subprocess.Popen[bytes]], timeout_s: float, measure_s: float | None = None) -> Run:
+                    procs: list[subprocess.Popen[bytes]], timeout_s: float, measure_s: float | None = None,
+                    settled: Callable[[], Awaitable[bool]] | None = None) -> Run:
         """Poll ``progress`` (when and how many messages were done: the group's committed offsets, or
         a peer's progress file) until the backlog is consumed, or for ``measure_s`` seconds after the
         first progress (``--quick``: a rate needs a window, not the whole backlog); fill ``run``: the
-        rate (:func:`slope`), and the CPU the processes and the broker used over the same window."""
+        rate (:func:`slope`), and the CPU the processes and the broker used over the same window.
+
+        ``settled``: when given, the window begins only once it answers True (the group stable with all
+        its members): progress before that is not fitted, and ``measure_s`` counts from it."""
         points: list[tuple[float, int]] = []
+        settled_at: float | None = None
         cpu: dict[float, tuple[list[float | None], float | None]] = {}
         waits: dict[float, list[float | None]] = {}
         started = time.monotonic()
         deadline = started + timeout_s
         while time.monotonic() < deadline:
+            if settled is not None and settled_at is None and await settled():
+                settled_at = time.monotonic()
+                run.settled_s = round(settled_at - started, 1)
+                points.clear()  # the fit starts here: the next point is its base
             at, done = await progress()
             now = time.monotonic() if at is None else at
             if (done and (not points or done != points[-1][1])) or not points:
@@ -299,6 +330,8 @@ class Bench:
                 run.finished = True
                 break
             first = next((t for t, n in points if n > 0), None)
+            if settled is not None and settled_at is None:
+                first = None  # not measuring yet
             if measure_s is not None and first is not None and now - first >= measure_s:
                 break
             if any(p.poll() is not None for p in procs):
@@ -324,7 +357,7 @@ class Bench:
                 if None not in wa and None not in wb:
                     waited = [(y - x) / (b - a) for x, y in zip(wa, wb, strict=True) if x is not None and y is not None]
                     # a thread that exited takes its wait out of the sum: no figure rather than a wrong one
-                    run.cpu_wait_cores = [round(w, 3) for w in waited] if min(waited) >= 0 else None
+                    run.cpu_wait_cores = [round(w, 3) for w in waited] if waited and min(waited) >= 0 else None
                 used = sum(run.cpu_cores)
                 run.samples_per_cpu_s = round(run.samples_per_s / used, 1) if used > 0 else None
             if b > a and broker_a is not None and broker_b is not None:
@@ -361,8 +394,12 @@ class Bench:
         async def from_files() -> tuple[float | None, int]:
             return read_progress(files)
 
+        async def settled() -> bool:
+            return await self.group_settled(group, processes)
+
         try:
-            return await self.watch(run, from_files if files else committed, procs, timeout_s, measure_s)
+            return await self.watch(run, from_files if files else committed, procs, timeout_s, measure_s,
+                                    settled=settled if kind == "worker" and processes > 1 else None)
         finally:
             for p in procs:
                 self.stop(p)
@@ -811,7 +848,7 @@ class ScaleSpec:
     cores: float = 0.3
     partitions: int = 16
     gpus: int = 10_000
-    scrapes: int = 30
+    scrapes: int = 90
     measure_s: float = 30.0
     load: float = 0.5
     #: The live run waits this long after its last scrape for the incidents' alerts (a worker behind

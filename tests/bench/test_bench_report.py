@@ -253,3 +253,40 @@ def test_a_live_run_whose_alerts_all_came_too_late_says_so_instead_of_printing_n
     assert "n/a: no alert within 60 s of the last scrape (0 of 6 incidents)" in text
     assert "the load generator sent 44,000" in text
     assert "nan" not in text
+
+
+def test_a_group_is_fitted_from_when_it_settled_not_over_its_joins(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Four workers joining one by one: 100 messages/s while the group rebalances, 300/s once it is
+    # stable with all four. The fit (and measure_s) start at the settle, so the rate is the group's
+    # steady one, and the run says when it settled.
+    import asyncio
+
+    from benchmarks.lockbench import Bench
+
+    polls = {"n": 0}
+    real_sleep = asyncio.sleep
+
+    async def no_wait(_: float) -> None:
+        await real_sleep(0)
+
+    async def progress() -> tuple[float | None, int]:
+        t = float(polls["n"])
+        polls["n"] += 1
+        return t, int(100 * t if t <= 10 else 1000 + 300 * (t - 10))
+
+    async def settled() -> bool:
+        return polls["n"] > 10
+
+    monkeypatch.setattr("benchmarks.lockbench.asyncio.sleep", no_wait)
+    bench = Bench("127.0.0.1:1", partitions=1)
+    total = 1000 + 300 * 40
+    fitted = asyncio.run(bench.watch(Run("many", 4, total, total), progress, [], timeout_s=60, measure_s=15,
+                                     settled=settled))
+    assert fitted.settled_s is not None
+    assert fitted.messages_per_s == pytest.approx(300.0)
+    # measured for 15 s of progress after the settle, not 15 s after the first commit
+    assert 25 <= polls["n"] <= 30
+    polls["n"] = 0
+    unsettled = asyncio.run(bench.watch(Run("many", 4, total, total), progress, [], timeout_s=60, measure_s=15))
+    assert unsettled.settled_s is None and unsettled.messages_per_s is not None
+    assert unsettled.messages_per_s < 250
