@@ -150,7 +150,10 @@ class Bench:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
         env.update({"LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix,
                     "LOCKSTEP_APP_ID": settings.app_id, "LOCKSTEP_PARTITIONS": str(self.partitions),
-                    "LOCKSTEP_DATA_DIR": str(self.log_dir / tag), "LOCKSTEP_LOG_LEVEL": "warn",
+                    "LOCKSTEP_DATA_DIR": str(self.log_dir / tag),
+                    # warnings only (each line costs the measured worker); LOCKSTEP_BENCH_WORKER_LOG_LEVEL=info
+                    # to see the workers' restores, catch-ups and stalls in <log_dir>/<tag>.log
+                    "LOCKSTEP_LOG_LEVEL": os.environ.get("LOCKSTEP_BENCH_WORKER_LOG_LEVEL", "warn"),
                     "LOCKSTEP_WEB_PORT": "0",
                     # the baselines' group timeouts (benchmarks.consumers): the embedded broker answers a
                     # new member's join after about half the rebalance timeout, 30 s by default here
