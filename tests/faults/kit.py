@@ -22,7 +22,7 @@ import pytest
 
 from lockstep.broker import EmbeddedBroker
 from models.settings import LockstepSettings
-from tests.broker_timing import SESSION_TIMEOUT_S
+from tests.broker_timing import SESSION_TIMEOUT_S, worker_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,8 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 def make_settings(bootstrap: str, partitions: int = 4, **extra: Any) -> LockstepSettings:
     """Settings of a fault test: topics and group of its own, the tests' consumer-group timing
-    (tests/broker_timing.py) for in-process workers and worker processes alike; ``extra`` overrides."""
+    (tests/broker_timing.py: in-process workers; worker processes get theirs from :class:`WorkerProcess`);
+    ``extra`` overrides."""
     run = uuid.uuid4().hex[:8]
     extra = {"kafka_session_timeout_s": SESSION_TIMEOUT_S, **extra}
     return LockstepSettings(  # type: ignore[call-arg]
@@ -60,7 +61,7 @@ class WorkerProcess:
             "LOCKSTEP_ALERTS_PARTITIONS": str(settings.alerts_partitions),
             "LOCKSTEP_SNAPSHOT_INTERVAL_S": str(settings.snapshot_interval_s),
             "LOCKSTEP_SNAPSHOT_WALL_FLOOR_S": str(settings.snapshot_wall_floor_s), "LOCKSTEP_LOG_LEVEL": "info",
-            "LOCKSTEP_KAFKA_SESSION_TIMEOUT_S": str(settings.kafka_session_timeout_s or SESSION_TIMEOUT_S),
+            **worker_env(),
             "LOCKSTEP_WEB_PORT": "0",
             "PYTHONPATH": str(REPO),
         })
