@@ -22,6 +22,7 @@ import pytest
 
 from lockstep.broker import EmbeddedBroker
 from models.settings import LockstepSettings
+from tests.broker_timing import SESSION_TIMEOUT_S, worker_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,11 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 def make_settings(bootstrap: str, partitions: int = 4, **extra: Any) -> LockstepSettings:
+    """Settings of a fault test: topics and group of its own, the tests' consumer-group timing
+    (tests/broker_timing.py: in-process workers; worker processes get theirs from :class:`WorkerProcess`);
+    ``extra`` overrides."""
     run = uuid.uuid4().hex[:8]
+    extra = {"kafka_session_timeout_s": SESSION_TIMEOUT_S, **extra}
     return LockstepSettings(  # type: ignore[call-arg]
         _env_file=None, kafka_bootstrap_servers=bootstrap, topic_prefix=f"f{run}.", app_id=f"lockstep-fault-{run}",
         partitions=partitions, data_dir=Path(f"/tmp/lockstep-fault-{run}"), **extra)
@@ -56,7 +61,7 @@ class WorkerProcess:
             "LOCKSTEP_ALERTS_PARTITIONS": str(settings.alerts_partitions),
             "LOCKSTEP_SNAPSHOT_INTERVAL_S": str(settings.snapshot_interval_s),
             "LOCKSTEP_SNAPSHOT_WALL_FLOOR_S": str(settings.snapshot_wall_floor_s), "LOCKSTEP_LOG_LEVEL": "info",
-            "LOCKSTEP_KAFKA_SESSION_TIMEOUT_S": "6",
+            **worker_env(),
             "LOCKSTEP_WEB_PORT": "0",
             "PYTHONPATH": str(REPO),
         })

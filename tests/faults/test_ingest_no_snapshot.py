@@ -76,36 +76,51 @@ async def delete_detector_snapshots(settings: LockstepSettings) -> int:
 Handover = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], str, set[str]]
 
 
-def handover(broker: EmbeddedBroker, workers: list[WorkerProcess], reference: set[tuple[Any, ...]],
-             env: dict[str, str] | None = None) -> Handover:
-    """The first worker opens the incident's episodes and is killed; its detector snapshots are deleted; a
-    second worker (``env``) takes over. The anomalies before the kill, all anomalies and alerts at the
-    end, the second worker's log, and the input partitions the group had committed records of."""
+def owner_settings(broker: EmbeddedBroker) -> LockstepSettings:
     # Snapshots only at a partition's first batch (then not for a long stretch of event time): the ones
-    # written are deleted below, so the new owner finds none.
-    settings = make_settings(broker.bootstrap, snapshot_interval_s=100_000.0)
+    # written are deleted after the kill, so the new owner finds none.
+    return make_settings(broker.bootstrap, snapshot_interval_s=100_000.0)
+
+
+async def first_owner_killed(settings: LockstepSettings, workers: list[WorkerProcess], gen: LoadGenerator,
+                             scrapes: int, opened: set[tuple[Any, ...]] | None = None
+                             ) -> tuple[list[dict[str, Any]], set[str]]:
+    """A first worker processes scrapes ``0..scrapes-1`` (until every anomaly in ``opened`` went out), the
+    group commits them all, it is SIGKILLed and every detector snapshot is deleted. The anomalies it
+    sent and the input partitions the group had committed records of."""
+    await create_topics(settings, settings.kafka_bootstrap_servers or "")
+    await send_inventory(settings, gen)
+    first = WorkerProcess(settings, "first")
+    workers.append(first)
+    await send_scrapes(settings, gen, range(0, scrapes), pace_s=0.1)
+
+    async def sent() -> bool:
+        return {anomaly_key(a) for a in await read_anomalies(settings)} >= (opened or set())
+
+    assert await wait_until(sent, 90), first.log()[-3000:]
+    assert await wait_consumed(settings, 60), first.log()[-3000:]  # committed: the outputs went out
+    before = await read_anomalies(settings)
+    held = {f"{t}:{p}" for (t, p), c in (await committed(settings, TopicCatalogue(settings).telemetry_topics)
+                                          ).items() if c > 0}
+    first.kill()
+    deleted = await delete_detector_snapshots(settings)
+    assert deleted and not await detector_snapshots(settings)
+    return before, held
+
+
+def handover(broker: EmbeddedBroker, workers: list[WorkerProcess], reference: set[tuple[Any, ...]]) -> Handover:
+    """The first worker opens the incident's episodes and is killed; its detector snapshots are deleted; a
+    second worker takes over the rest of the traffic. The anomalies before the kill, all anomalies and
+    alerts at the end, the second worker's log, and the input partitions the group had committed records of."""
+    settings = owner_settings(broker)
 
     async def go() -> Handover:
-        await create_topics(settings, broker.bootstrap)
         gen = LoadGenerator(SPEC)
-        await send_inventory(settings, gen)
-        first = WorkerProcess(settings, "first")
-        workers.append(first)
-        await send_scrapes(settings, gen, range(0, KILLED_AT), pace_s=0.1)
-
-        async def opened() -> bool:  # every episode of the incident has started (none ends before scrape 70)
-            return {anomaly_key(a) for a in await read_anomalies(settings)} >= {k for k in reference if k[1] == "start"}
-
-        assert await wait_until(opened, 90), first.log()[-3000:]
-        assert await wait_consumed(settings, 60), first.log()[-3000:]  # committed: the outputs went out
-        before = await read_anomalies(settings)
-        held = {f"{t}:{p}" for (t, p), c in (await committed(settings, TopicCatalogue(settings).telemetry_topics)
-                                              ).items() if c > 0}
-        first.kill()
-        deleted = await delete_detector_snapshots(settings)
-        assert deleted and not await detector_snapshots(settings)
+        # Every episode of the incident has started by scrape 60 (none ends before scrape 70).
+        before, held = await first_owner_killed(settings, workers, gen, KILLED_AT,
+                                                opened={k for k in reference if k[1] == "start"})
         await send_scrapes(settings, gen, range(KILLED_AT, SCRAPES))
-        second = WorkerProcess(settings, "second", extra_env=env)
+        second = WorkerProcess(settings, "second")
         workers.append(second)
         alerts = await wait_resolved(settings, 90)
         consumed = await wait_consumed(settings, 60)
@@ -140,15 +155,39 @@ def test_an_input_partition_without_a_snapshot_ends_the_episodes_its_previous_ow
     assert "no earliest offset" not in log and "are not read back" not in log, tail
 
 
+#: The bound of the bounded catch-up, and the scrapes its first owner processes: the input partitions
+#: given one message a scrape hold fewer committed records than the bound, the others more.
+BOUND = 10
+BOUND_SCRAPES = 8
+CAUGHT_UP = re.compile(r"(\S+): state with no snapshot caught up over offsets (\d+)\.\.(\d+) \((\d+) messages")
+
+
 def test_a_catch_up_reads_at_most_its_bound_and_says_what_it_leaves_out(
-        broker: EmbeddedBroker, workers: list[WorkerProcess], reference: set[tuple[Any, ...]]) -> None:
-    _, _, _, log, held = handover(broker, workers, reference, {"LOCKSTEP_INGEST_CATCH_UP_MAX_MESSAGES": "20"})
-    read = {name: (int(lo), int(hi), int(n)) for name, lo, hi, n in re.findall(
-        r"(\S+): state with no snapshot caught up over offsets (\d+)\.\.(\d+) \((\d+) messages", log)}
+        broker: EmbeddedBroker, workers: list[WorkerProcess]) -> None:
+    settings = owner_settings(broker)
+
+    async def go() -> tuple[str, set[str]]:
+        gen = LoadGenerator(SPEC)
+        _, held = await first_owner_killed(settings, workers, gen, BOUND_SCRAPES)
+        await send_scrapes(settings, gen, range(BOUND_SCRAPES, BOUND_SCRAPES + 2))  # each held partition resumes
+        second = WorkerProcess(settings, "second", extra_env={"LOCKSTEP_INGEST_CATCH_UP_MAX_MESSAGES": str(BOUND)})
+        workers.append(second)
+
+        async def all_caught_up() -> bool:
+            return {name for name, *_ in CAUGHT_UP.findall(second.log())} >= held
+
+        caught_up = await wait_until(all_caught_up, 90)
+        second.stop()
+        assert caught_up, second.log()[-4000:]
+        return second.log(), held
+
+    log, held = asyncio.run(go())
+    read = {name: (int(lo), int(hi), int(n)) for name, lo, hi, n in CAUGHT_UP.findall(log)}
     left_out = {name: (int(lo), int(hi)) for name, lo, hi in re.findall(
-        r"(\S+): offsets (\d+)\.\.(\d+) are not read back: .*more than the 20 a catch-up reads", log)}
-    assert set(read) == held and all(n <= 20 for *_, n in read.values()), read
-    # Every partition with more than 20 committed records says which offsets it did not read: those
-    # before the last 20.
+        rf"(\S+): offsets (\d+)\.\.(\d+) are not read back: .*more than the {BOUND} a catch-up reads", log)}
+    assert set(read) == held and all(n <= BOUND for *_, n in read.values()), read
+    # Every partition with more than BOUND committed records says which offsets it did not read: those
+    # before the last BOUND; the others were read from their first offset.
     assert left_out and all(left_out[name] == (0, read[name][0] - 1) for name in left_out), (left_out, read)
     assert {name for name, (lo, hi, _) in read.items() if lo > 0} == set(left_out)
+    assert set(left_out) < held, (sorted(held), left_out)  # the premise: some partitions were under the bound

@@ -19,6 +19,7 @@ import pytest
 from agents import transport
 from agents.batching import take_batches
 from lockstep.broker import EmbeddedBroker
+from tests.broker_timing import HEARTBEAT_INTERVAL_S, REBALANCE_TIMEOUT_S, SESSION_TIMEOUT_S
 
 pytestmark = pytest.mark.broker
 
@@ -72,7 +73,8 @@ async def _cadence_bound_and_acks(broker: EmbeddedBroker) -> None:
     app = faust.App(group, broker=f"lockstep://{broker.bootstrap}", store="memory://", web_enabled=False,
                     datadir=f"/tmp/lockstep-test-{group}", topic_allow_declare=False, topic_disable_leader=True,
                     consumer_auto_offset_reset="earliest", broker_commit_interval=0.5,
-                    broker_session_timeout=6.0, broker_heartbeat_interval=0.6, broker_rebalance_timeout=6.0,
+                    broker_session_timeout=SESSION_TIMEOUT_S, broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                    broker_rebalance_timeout=REBALANCE_TIMEOUT_S,
                     loop=asyncio.get_running_loop())
     app.lockstep_fetch_max_wait_ms = 50  # type: ignore[attr-defined]
     topic = app.topic(topic_name, key_serializer="raw", value_serializer="raw", partitions=2)

@@ -27,6 +27,7 @@ import pytest
 
 from lockstep.broker import EmbeddedBroker
 from models.settings import LockstepSettings
+from tests.broker_timing import SESSION_TIMEOUT_S
 
 T = TypeVar("T")
 TOKEN = "web-test-token"
@@ -116,7 +117,10 @@ def web_broker() -> Iterator[EmbeddedBroker]:
 
 
 def web_settings(broker: EmbeddedBroker, tmp: Path, **extra: Any) -> LockstepSettings:
+    """Settings of a web test's worker: a topic prefix and app id of its own, the tests' consumer-group
+    timing (tests/broker_timing.py); ``extra`` overrides."""
     run = uuid.uuid4().hex[:8]
+    extra = {"kafka_session_timeout_s": SESSION_TIMEOUT_S, **extra}
     return LockstepSettings(  # type: ignore[call-arg]
         _env_file=None, kafka_bootstrap_servers=broker.bootstrap, topic_prefix=f"w{run}.", app_id=f"lockstep-web-{run}",
         partitions=4, data_dir=tmp / "data", web_host="127.0.0.1", web_port=0, **extra)
