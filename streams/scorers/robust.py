@@ -36,7 +36,8 @@ gives 0; ``z = z_threshold`` gives exactly 0.5; never saturates, so scores stay 
   times its memory, ``3 / scale_alpha`` samples: the rule the means' extremes follow). An exceedance
   scores only if it beats the recent novelty (a memory with a half-life of ``novelty_refractory``
   samples), so an event scores at its start and again only where it outgrows itself (once a row has
-  scored, by another ``novelty_margin``); ``novelty_margin`` of exceedance scores 0.5. This is what NAB
+  scored, by another ``novelty_margin``); ``novelty_margin`` of exceedance scores 0.5. The value's
+  exceedance counts ``novelty_value_weight`` of itself (the means' count whole). This is what NAB
   rewards: early, single detections of what the series has not done before.
 
 **Sparse series** (a counter that ticks now and then: RoCE pause frames, a retry counter): each series
@@ -123,6 +124,9 @@ class RobustConfig:
     novelty_span_floor: float = 0.01
     #: The surprise's exceedance of its own largest counts this much (z is heavier-tailed than values).
     novelty_z_weight: float = 0.25
+    #: The value's exceedance of its remembered range counts this much, the means' 1 (a lone sample beyond
+    #: its range is weaker evidence than a mean beyond its range; 1 weighs them alike).
+    novelty_value_weight: float = 1.0
     #: Half-life (samples) of the memory of recent novelty: an event scores once, at its onset, and
     #: again only where it outgrows itself.
     novelty_refractory: float = 25.0
@@ -361,6 +365,9 @@ class RobustScorer:
             highs = np.where(started, st[:, HIGHS], feats)
         width = np.maximum(highs - lows, cfg.floor_abs)
         up, down = (feats - highs) / width, (lows - feats) / width
+        if cfg.novelty_value_weight != 1.0:
+            up[:, 0] *= cfg.novelty_value_weight
+            down[:, 0] *= cfg.novelty_value_weight
         # The largest exceedance over the three features, per direction (column maxima: a reduction along
         # a 3-wide axis costs ten times as much on a large round).
         e_up = np.maximum(np.maximum(up[:, 0], up[:, 1]), up[:, 2])
