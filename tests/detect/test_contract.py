@@ -189,6 +189,19 @@ def test_through_the_bank_a_snapshot_round_trip_gives_identical_transitions(scor
     assert np.array_equal(sa, sb) and ta == tb
 
 
+def test_the_round_trips_cover_the_robust_scorers_per_slot_scale() -> None:
+    """The snapshot round trips above are taken where the robust scorer's slot scales are in use (the
+    stream is 5-minute samples with a daily shape: at step 350, 29 hours in, every slot was seen on a
+    second day), so they cover that state; and a cleared series has none."""
+    stream = labelled_stream(5, steps=700)
+    a = bank_for("robust")
+    run_bank(a, stream, 0, 350)
+    slots = a.snapshot(6)["detect.robust.slot_mad"]
+    assert (slots > 0).any(axis=1).all()  # in use in every series
+    a.clear(np.array([2]))
+    assert (a.snapshot(6)["detect.robust.slot_mad"][2] == 0).all()
+
+
 def test_through_the_bank_a_cleared_series_starts_afresh(scorer_name: str) -> None:
     stream = labelled_stream(6, steps=500)
     used = bank_for(scorer_name)

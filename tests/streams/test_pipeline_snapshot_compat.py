@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from streams.pipeline import PartitionPipeline
+from streams.snapshot import unpack
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pipeline"
 sys.path.insert(0, str(FIXTURES))
@@ -61,13 +62,26 @@ CHANGED_SINCE_FIXTURE = {
 }
 
 
+#: Arrays added since the fixture was written (the fixture's snapshot has none: they restore as a new
+#: series has them), with the dtype and shape they must have at the end of the run.
+ADDED_SINCE_FIXTURE = {
+    "detect.robust.slot_mad": ["float32", [11, 48]],  # issue 19: a robust scale per time-of-day slot
+}
+
+
 def test_an_old_snapshot_restores_to_the_same_records_and_the_same_final_state(fixture: dict[str, Any]) -> None:
     pipe = restored(fixture)
     got = feed(pipe, fixture["input_after"], SNAPSHOT_AT)
     assert orjson.dumps(got, option=orjson.OPT_SORT_KEYS) == orjson.dumps(fixture["output_after"],
                                                                           option=orjson.OPT_SORT_KEYS)
-    now, then = state(pipe.snapshot()), fixture["state_at_end"]
+    blob = pipe.snapshot()
+    now, then = state(blob), fixture["state_at_end"]
     for name in CHANGED_SINCE_FIXTURE:
         assert now["arrays"][name][:2] == then["arrays"][name][:2]
         now["arrays"][name] = then["arrays"][name]
+    for name, (dtype, shape) in ADDED_SINCE_FIXTURE.items():
+        assert name not in then["arrays"]
+        assert now["arrays"].pop(name)[:2] == [dtype, shape]
     assert now == then  # sketch.pane included, as old workers read it
+    # 30 s after the restore no slot's scale is in use yet (that takes a later day in the same slot).
+    assert (unpack(blob)[0]["detect.robust.slot_mad"] <= 0).all()
