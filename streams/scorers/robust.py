@@ -336,8 +336,9 @@ class RobustScorer:
             slot = self.slot_mad[ids, b]
             in_use = slot > 0.0
             mad = np.where(use_season & in_use, slot * mad, mad)
-            # (a last time of NaN, before a first sample or from an old snapshot, is not a new period)
-            slot_use = in_use | ((slot != 0.0) & (period > np.floor(st[:, LAST_TS] / self._slot_len)))
+            # A new period of the slot: the series' last sample was before this period's start (a last time
+            # of NaN, before a first sample or from an old snapshot, is not).
+            slot_use = in_use | ((slot != 0.0) & (st[:, LAST_TS] < period * self._slot_len))
         mad = np.maximum(mad, floor)
         if cfg.sparse_fraction > 0:
             # A sparse series' scale is at least its usual tick (module docstring).
@@ -476,9 +477,10 @@ class RobustScorer:
         lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l / debias, floor)
         lvl = np.where(first, x, self.level[ids])
         self.level[ids] = lvl + cfg.level_alpha * _clip(r_l, lim_l)
-        self.mad_level[ids] = np.where(first, 0.0, mad_l + cfg.scale_alpha * (np.minimum(np.abs(r_l), lim_l) - mad_l))
+        abs_l = np.abs(r_l)
+        self.mad_level[ids] = np.where(first, 0.0, mad_l + cfg.scale_alpha * (np.minimum(abs_l, lim_l) - mad_l))
         err_l = self.err_level[ids]
-        self.err_level[ids] = np.where(first, 0.0, err_l + cfg.scale_alpha * (np.abs(r_l) - err_l))
+        self.err_level[ids] = np.where(first, 0.0, err_l + cfg.scale_alpha * (abs_l - err_l))
         if cfg.bins <= 0:
             return
         b = ev._bins[sel]
@@ -496,7 +498,7 @@ class RobustScorer:
         self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(abs_p, lim_s) - mad_s), mad_s)
         err_s = self.err_season[ids]
         # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
-        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, abs_p, 2.0 * np.abs(r_l)) - err_s)
+        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, abs_p, 2.0 * abs_l) - err_s)
         if ev._slot is not None and ev._slot_use is not None:
             # The slot's scale, as a multiple of the day's (debiased) one: 1 where it is unknown (0), then
             # the mean of the slot's residuals of the seasonal prediction over the day's scale, Huber-clipped
