@@ -66,7 +66,7 @@ series is judged as any other (the first ticks of a series that was always zero 
 State per series: 5 float64 (level, scale and error of both predictors), 15 float64 of novelty, sparsity
 and the weekly decision (means, lows, highs, largest surprise, recent novelty; non-zero fraction, tick
 size, ticks seen; weekly edge, last event time), 1 int32, 1 int8, ``bins`` float32 of profile, 7 float32
-of weekly offsets and ``bins`` float32 of slot scales (48 bins: 577 bytes).
+of weekly offsets (48 bins: 385 bytes); with ``slot_scale``, also ``bins`` float32 of slot scales (577 bytes).
 
 >>> s = RobustScorer(RobustConfig(min_samples=10, bins=0))
 >>> s.register(0)
@@ -120,8 +120,9 @@ class RobustConfig:
     season_gain: float = 0.8
     #: Day-of-week offsets on the daily profile (weekly seasonality; False: daily only).
     weekly: bool = True
-    #: A robust scale per time-of-day slot, used while the daily profile is (False: one scale a day).
-    slot_scale: bool = True
+    #: A robust scale per time-of-day slot, used while the daily profile is (False, the default: one scale a
+    #: day, and no per-slot state: ``bins`` float32 a series and ~10 % of a streaming call saved).
+    slot_scale: bool = False
     huber: float = 4.0
     floor_rel: float = 0.01
     floor_abs: float = 1e-9
@@ -219,6 +220,8 @@ class RobustScorer:
     mad_season: np.ndarray
     err_season: np.ndarray
     _STATE = (*_F64, "novel", "count", "direction", "profile", "week", "slot_mad")
+    #: The state without the per-slot scale (``slot_scale`` off: not allocated, written or read).
+    _STATE_NO_SLOT = _STATE[:-1]
     #: Added after the first snapshots were written: an older snapshot restores them as a new series has them.
     _LATER = {"week": 0.0, "slot_mad": 0.0}
 
@@ -255,8 +258,11 @@ class RobustScorer:
         #: Per time-of-day slot, its robust scale as a multiple of the day's (``mad_season``): 0 unknown,
         #: negative while only learnt within the slot's first period (not in use), positive once the series
         #: came back to the slot on a later day (module docstring).
-        self.slot_mad = np.zeros((0, max(cfg.bins, 1)), dtype=np.float32)
+        #: ``slot_scale`` off: no column (nothing allocated per series), and not part of the state.
+        self._slots = cfg.slot_scale
+        self.slot_mad = np.zeros((0, max(cfg.bins, 1) if self._slots else 0), dtype=np.float32)
         self._slot_len = 86400.0 / max(cfg.bins, 1)
+        self._names = self._STATE if self._slots else self._STATE_NO_SLOT
 
     def __len__(self) -> int:
         return int(self.count.shape[0])
@@ -271,7 +277,8 @@ class RobustScorer:
             self.direction = grow(self.direction, size, 0)
             self.profile = grow(self.profile, size, np.nan)
             self.week = grow(self.week, size, 0.0)
-            self.slot_mad = grow(self.slot_mad, size, 0.0)
+            if self._slots:
+                self.slot_mad = grow(self.slot_mad, size, 0.0)
         self.direction[sid] = direction
 
     def clear(self, ids: np.ndarray) -> None:
@@ -283,14 +290,15 @@ class RobustScorer:
         self.direction[ids] = 0
         self.profile[ids] = np.nan
         self.week[ids] = 0.0
-        self.slot_mad[ids] = 0.0
+        if self._slots:
+            self.slot_mad[ids] = 0.0
 
     def _bin(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Time-of-day slot, day of the week (0 is the UTC day of the epoch) and slot period (the slots
         counted from the epoch, as floats) of each time."""
         bins = max(self.config.bins, 1)
         # A division, not a multiplication by the reciprocal: a time on a slot's edge lands in that slot.
-        period = np.floor(ts / self._slot_len)
+        period = np.floor(ts / (86400.0 / bins))
         slot = period.astype(np.int64)
         return slot % bins, (slot // bins) % 7, period
 
@@ -330,7 +338,7 @@ class RobustScorer:
         debias = self._debias[np.minimum(count, self._debias.shape[0] - 1)]
         mad = np.where(use_season, self.mad_season[ids], self.mad_level[ids]) / debias
         slot = slot_use = None
-        if cfg.slot_scale and cfg.bins > 0:
+        if self._slots and cfg.bins > 0:
             # The slot's own scale where the daily profile is in use and the slot's scale is (positive:
             # learnt on more than one day); the day's scale elsewhere.
             slot = self.slot_mad[ids, b]
@@ -357,7 +365,8 @@ class RobustScorer:
         week = None
         if off is None or r_week is None or pscale is None:
             novel[:, WEEK_EDGE] = st[:, WEEK_EDGE]
-            novel[:, LAST_TS] = ts if cfg.bins > 0 else st[:, LAST_TS]
+            # The last time is kept for the slots' new-period test (without them, nothing reads it here).
+            novel[:, LAST_TS] = ts if self._slots and cfg.bins > 0 else st[:, LAST_TS]
         else:
             # Learned from every row, anomalous or not: whether a series has a weekly cycle is a property
             # of the series (a weekday series' weekend would otherwise be an episode never learnt from).
@@ -529,18 +538,20 @@ class RobustScorer:
     def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
         """State of the first ``n`` series (all by default) as named arrays."""
         n = len(self) if n is None else n
-        names = self._STATE
-        return {f"robust.{k}": getattr(self, k)[:n].copy() for k in names}
+        return {f"robust.{k}": getattr(self, k)[:n].copy() for k in self._names}
 
     def restore(self, data: dict[str, np.ndarray]) -> None:
         n = data["robust.count"].shape[0]
         if data["robust.profile"].shape[1:] != self.profile.shape[1:]:
             raise ValueError("snapshot profile bins differ from the configured bins")
-        if "robust.slot_mad" in data and data["robust.slot_mad"].shape[1:] != self.slot_mad.shape[1:]:
+        # A snapshot's slot scales restore into a scorer with them (a scorer without them ignores them; a
+        # snapshot without them restores as new series have them: the day's scale until learnt).
+        if (self._slots and "robust.slot_mad" in data
+                and data["robust.slot_mad"].shape[1:] != self.slot_mad.shape[1:]):
             raise ValueError("snapshot slot scale bins differ from the configured bins")
         if n:
             self.register(n - 1)
-        for k in self._STATE:
+        for k in self._names:
             if f"robust.{k}" not in data and k in self._LATER:  # a snapshot from before it was learned
                 getattr(self, k)[:n] = self._LATER[k]
                 continue
@@ -556,6 +567,5 @@ class RobustScorer:
     @property
     def nbytes_per_series(self) -> float:
         """State bytes per registered series (allocated capacity counted as used)."""
-        names = self._STATE
         cap = max(self.count.shape[0], 1)
-        return sum(getattr(self, k).nbytes for k in names) / cap  # type: ignore[no-any-return]
+        return sum(getattr(self, k).nbytes for k in self._names) / cap  # type: ignore[no-any-return]

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import base64
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from streams.detect import DetectorConfig
 from streams.pipeline import PartitionPipeline
 from streams.snapshot import unpack
 
@@ -33,8 +35,8 @@ def fixture() -> dict[str, Any]:
     return doc
 
 
-def restored(doc: dict[str, Any]) -> PartitionPipeline:
-    pipe = PartitionPipeline("t:0", CONFIG, inventory())
+def restored(doc: dict[str, Any], config: DetectorConfig = CONFIG) -> PartitionPipeline:
+    pipe = PartitionPipeline("t:0", config, inventory())
     pipe.restore(base64.b64decode(doc["snapshot"]))
     return pipe
 
@@ -62,15 +64,17 @@ CHANGED_SINCE_FIXTURE = {
 }
 
 
-#: Arrays added since the fixture was written (the fixture's snapshot has none: they restore as a new
-#: series has them), with the dtype and shape they must have at the end of the run.
+#: Arrays added since the fixture was written, opt-in (the fixture's snapshot has none: they restore as a
+#: new series has them), with the dtype and shape they must have at the end of the run with them on.
 ADDED_SINCE_FIXTURE = {
     "detect.robust.slot_mad": ["float32", [11, 48]],  # issue 19: a robust scale per time-of-day slot
 }
 
 
-def test_an_old_snapshot_restores_to_the_same_records_and_the_same_final_state(fixture: dict[str, Any]) -> None:
-    pipe = restored(fixture)
+@pytest.mark.parametrize("slot_scale", [False, True], ids=["default", "slot_scale"])
+def test_an_old_snapshot_restores_to_the_same_records_and_the_same_final_state(fixture: dict[str, Any],
+                                                                               slot_scale: bool) -> None:
+    pipe = restored(fixture, replace(CONFIG, slot_scale=slot_scale))
     got = feed(pipe, fixture["input_after"], SNAPSHOT_AT)
     assert orjson.dumps(got, option=orjson.OPT_SORT_KEYS) == orjson.dumps(fixture["output_after"],
                                                                           option=orjson.OPT_SORT_KEYS)
@@ -81,7 +85,11 @@ def test_an_old_snapshot_restores_to_the_same_records_and_the_same_final_state(f
         now["arrays"][name] = then["arrays"][name]
     for name, (dtype, shape) in ADDED_SINCE_FIXTURE.items():
         assert name not in then["arrays"]
-        assert now["arrays"].pop(name)[:2] == [dtype, shape]
+        if slot_scale:
+            assert now["arrays"].pop(name)[:2] == [dtype, shape]
+        else:
+            assert name not in now["arrays"]  # off by default: no such state
     assert now == then  # sketch.pane included, as old workers read it
-    # 30 s after the restore no slot's scale is in use yet (that takes a later day in the same slot).
-    assert (unpack(blob)[0]["detect.robust.slot_mad"] <= 0).all()
+    if slot_scale:
+        # 30 s after the restore no slot's scale is in use yet (that takes a later day in the same slot).
+        assert (unpack(blob)[0]["detect.robust.slot_mad"] <= 0).all()
