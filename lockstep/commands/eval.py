@@ -89,6 +89,8 @@ def nab_detector_config() -> Any:
 #: fit each category would be the per-category constant the cross-validation is there to expose.
 #: ``novelty_value_weight``: how much a lone sample beyond its remembered range counts against a mean
 #: beyond its range (1 in the untuned configuration); chosen, like the rest, on the training categories only.
+#: ``slot_scale``: the robust scorer's scale per time-of-day slot (off in the untuned configuration, as in
+#: production).
 NAB_TUNING_GRID: tuple[dict[str, Any], ...] = (
     {},
     {"window": 50},
@@ -96,6 +98,9 @@ NAB_TUNING_GRID: tuple[dict[str, Any], ...] = (
     {"min_samples": 300},
     {"novelty_value_weight": 0.35},
     {"novelty_value_weight": 0.5},
+    {"slot_scale": True},
+    {"slot_scale": True, "novelty_value_weight": 0.35},
+    {"slot_scale": True, "novelty_value_weight": 0.5},
 )
 
 
