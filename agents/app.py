@@ -51,7 +51,7 @@ def detector_config(settings: LockstepSettings) -> DetectorConfig:
         window=settings.baseline_window, min_samples=settings.baseline_min_samples,
         z_threshold=settings.z_threshold, score_threshold=settings.score_threshold,
         confirm=settings.confirm_samples, confirm_window=settings.confirm_window_samples, clear=settings.clear_samples,
-        min_relative_change=settings.min_relative_change,
+        min_relative_change=settings.min_relative_change, slot_scale=settings.slot_scale,
         limits=SeriesLimits(settings.max_series_per_partition, settings.max_series_per_source, settings.series_idle_s),
     )
 

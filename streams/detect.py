@@ -75,11 +75,20 @@ class DetectorConfig:
     limits: SeriesLimits = field(default_factory=SeriesLimits)
     #: The per-series scorer, by its name in :data:`SCORERS`.
     scorer: str = "robust"
+    #: The robust scorer's novelty: how much a lone sample beyond its remembered range counts (a mean
+    #: beyond its range counts 1), and a surprise beyond the largest remembered one.
+    novelty_value_weight: float = 1.0
+    novelty_z_weight: float = 0.25
+    #: The robust scorer's scale per time-of-day slot (opt-in: +``season_bins`` float32 a series and ~10 %
+    #: of a streaming call; for series with a daily cycle whose noise differs by time of day).
+    slot_scale: bool = False
 
     def robust(self) -> RobustConfig:
         return RobustConfig.for_window(
             self.window, z_threshold=self.z_threshold, min_samples=self.min_samples, bins=self.season_bins,
-            min_relative_change=self.min_relative_change, threshold=self.score_threshold)
+            min_relative_change=self.min_relative_change, threshold=self.score_threshold,
+            novelty_value_weight=self.novelty_value_weight, novelty_z_weight=self.novelty_z_weight,
+            slot_scale=self.slot_scale)
 
     def sketch(self) -> SketchConfig:
         return SketchConfig(windows=self.percentile_windows)

@@ -10,6 +10,7 @@
   best on the *other* categories (standard profile, at the production threshold) scores the held-out
   one. Prints per category and overall the held-out score next to the in-sample score (the
   configuration chosen on every category, the way a developer tunes on what they see).
+- ``--grid`` prints the configurations ``--cv`` chooses from, one a line (the first is the untuned one).
 - ``--scorer NAME`` runs another per-series scorer of :data:`streams.detect.SCORERS` (``hst``) and
   ``--output score`` scores the per-row ``score`` instead of ``novelty`` (HalfSpaceTrees has no novelty).
 - ``--windows`` adds, per file, where its score at the fixed threshold comes from (standard profile):
@@ -56,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="the fixed threshold to report besides the swept one (default: Lockstep's production one)")
     n.add_argument("--cv", action="store_true",
                    help="leave-one-category-out cross-validation: held-out score per category next to in-sample")
+    n.add_argument("--grid", action="store_true",
+                   help="print the configurations --cv may choose from (NAB_TUNING_GRID) and exit")
     n.add_argument("--scorer", default=None, metavar="NAME",
                    help="the per-series scorer to run (streams.detect.SCORERS; default: the production one)")
     n.add_argument("--output", choices=("novelty", "score"), default="novelty",
@@ -84,11 +87,20 @@ def nab_detector_config() -> Any:
 #: What ``--cv`` may tune: overrides of :func:`nab_detector_config` (the first is the untuned one, and
 #: wins ties). Small on purpose: each point is one full run of the corpus, and a grid large enough to
 #: fit each category would be the per-category constant the cross-validation is there to expose.
+#: ``novelty_value_weight``: how much a lone sample beyond its remembered range counts against a mean
+#: beyond its range (1 in the untuned configuration); chosen, like the rest, on the training categories only.
+#: ``slot_scale``: the robust scorer's scale per time-of-day slot (off in the untuned configuration, as in
+#: production).
 NAB_TUNING_GRID: tuple[dict[str, Any], ...] = (
     {},
     {"window": 50},
     {"window": 200},
     {"min_samples": 300},
+    {"novelty_value_weight": 0.35},
+    {"novelty_value_weight": 0.5},
+    {"slot_scale": True},
+    {"slot_scale": True, "novelty_value_weight": 0.35},
+    {"slot_scale": True, "novelty_value_weight": 0.5},
 )
 
 
@@ -159,6 +171,10 @@ def _find_result(results: Path, rel: str, detector: str | None) -> Path:
 def run_nab(args: argparse.Namespace) -> int:
     from streams.nab import FileInput, score_corpus
 
+    if args.grid:
+        for k, overrides in enumerate(NAB_TUNING_GRID):
+            print(f"{k}  {json.dumps(overrides) if overrides else 'untuned'}")
+        return 0
     labels: dict[str, list[list[str]]] = json.loads(args.labels.read_text())
     rels = sorted(str(p.relative_to(args.data_dir)).replace("\\", "/") for p in args.data_dir.glob("*/*.csv"))
     missing = [r for r in rels if r not in labels]

@@ -21,6 +21,19 @@ is Huber-clipped at ``huber`` scales, so a spike moves neither the level nor the
 lasting level shift or slow drift is absorbed within about ``1 / level_alpha`` samples: the series is
 judged against its *recent* self.
 
+**Per-slot scale** (``slot_scale``): a daily series may be noisy by day and quiet by night, and one scale
+for the whole day is then too wide at night (a night spike of a daytime size goes unseen) and too narrow
+by day. Each time-of-day slot also keeps its scale as a multiple of the day's seasonal scale: the mean of
+the slot's residuals of the seasonal prediction over the day's (debiased) scale, Huber-clipped at the
+slot's own scale, at ``scale_alpha`` per visit of the slot, starting at 1 (the day's scale: no zero start,
+so no bias to correct). A multiple, not an amount: a slot is visited ``bins`` times less often than the
+day's scale learns, so the slot keeps the *shape* of the noise over the day (slow) while the day's scale
+follows its level (fast). The slot's scale (its multiple times the day's, floored as any scale) is used
+only while the daily profile is the chosen predictor and only once the series came back to the slot in
+a later period of it (a later day): a scale learnt within one stay in a slot says nothing about that time
+of day. Until then, and after restoring a snapshot from before it (zeros: unknown), the day's scale is
+used.
+
 Two scores come out, both calibrated with the same map ``s = z / (z + z_threshold)`` (``z <= 0``
 gives 0; ``z = z_threshold`` gives exactly 0.5; never saturates, so scores stay comparable):
 
@@ -36,7 +49,8 @@ gives 0; ``z = z_threshold`` gives exactly 0.5; never saturates, so scores stay 
   times its memory, ``3 / scale_alpha`` samples: the rule the means' extremes follow). An exceedance
   scores only if it beats the recent novelty (a memory with a half-life of ``novelty_refractory``
   samples), so an event scores at its start and again only where it outgrows itself (once a row has
-  scored, by another ``novelty_margin``); ``novelty_margin`` of exceedance scores 0.5. This is what NAB
+  scored, by another ``novelty_margin``); ``novelty_margin`` of exceedance scores 0.5. The value's
+  exceedance counts ``novelty_value_weight`` of itself (the means' count whole). This is what NAB
   rewards: early, single detections of what the series has not done before.
 
 **Sparse series** (a counter that ticks now and then: RoCE pause frames, a retry counter): each series
@@ -51,8 +65,8 @@ series is judged as any other (the first ticks of a series that was always zero 
 
 State per series: 5 float64 (level, scale and error of both predictors), 15 float64 of novelty, sparsity
 and the weekly decision (means, lows, highs, largest surprise, recent novelty; non-zero fraction, tick
-size, ticks seen; weekly edge, last event time), 1 int32, 1 int8, ``bins`` float32 and 7 float32 of
-weekly offsets (48 bins: 385 bytes).
+size, ticks seen; weekly edge, last event time), 1 int32, 1 int8, ``bins`` float32 of profile, 7 float32
+of weekly offsets (48 bins: 385 bytes); with ``slot_scale``, also ``bins`` float32 of slot scales (577 bytes).
 
 >>> s = RobustScorer(RobustConfig(min_samples=10, bins=0))
 >>> s.register(0)
@@ -106,6 +120,9 @@ class RobustConfig:
     season_gain: float = 0.8
     #: Day-of-week offsets on the daily profile (weekly seasonality; False: daily only).
     weekly: bool = True
+    #: A robust scale per time-of-day slot, used while the daily profile is (False, the default: one scale a
+    #: day, and no per-slot state: ``bins`` float32 a series and ~10 % of a streaming call saved).
+    slot_scale: bool = False
     huber: float = 4.0
     floor_rel: float = 0.01
     floor_abs: float = 1e-9
@@ -123,6 +140,9 @@ class RobustConfig:
     novelty_span_floor: float = 0.01
     #: The surprise's exceedance of its own largest counts this much (z is heavier-tailed than values).
     novelty_z_weight: float = 0.25
+    #: The value's exceedance of its remembered range counts this much, the means' 1 (a lone sample beyond
+    #: its range is weaker evidence than a mean beyond its range; 1 weighs them alike).
+    novelty_value_weight: float = 1.0
     #: Half-life (samples) of the memory of recent novelty: an event scores once, at its onset, and
     #: again only where it outgrows itself.
     novelty_refractory: float = 25.0
@@ -183,6 +203,10 @@ class RobustScores:
     # weekly seasonality: the day of the week, and (None when it is off) its offset once this row is learnt
     _dow: np.ndarray | None
     _week: np.ndarray | None
+    # per-slot scale (None when off): the slot's stored scale, and whether it is in use once this row is
+    # learnt (in use already, or known and this row is the series' first in a new period of the slot)
+    _slot: np.ndarray | None
+    _slot_use: np.ndarray | None
 
 
 class RobustScorer:
@@ -195,9 +219,11 @@ class RobustScorer:
     err_level: np.ndarray
     mad_season: np.ndarray
     err_season: np.ndarray
-    _STATE = (*_F64, "novel", "count", "direction", "profile", "week")
+    _STATE = (*_F64, "novel", "count", "direction", "profile", "week", "slot_mad")
+    #: The state without the per-slot scale (``slot_scale`` off: not allocated, written or read).
+    _STATE_NO_SLOT = _STATE[:-1]
     #: Added after the first snapshots were written: an older snapshot restores them as a new series has them.
-    _LATER = {"week": 0.0}
+    _LATER = {"week": 0.0, "slot_mad": 0.0}
 
     def __init__(self, config: RobustConfig | None = None) -> None:
         self.config = config or RobustConfig()
@@ -229,6 +255,14 @@ class RobustScorer:
         self.profile = np.full((0, max(cfg.bins, 1)), np.nan, dtype=np.float32)
         #: Day-of-week offsets on the daily profile (day 0 is the UTC day of the epoch).
         self.week = np.zeros((0, 7), dtype=np.float32)
+        #: Per time-of-day slot, its robust scale as a multiple of the day's (``mad_season``): 0 unknown,
+        #: negative while only learnt within the slot's first period (not in use), positive once the series
+        #: came back to the slot on a later day (module docstring).
+        #: ``slot_scale`` off: no column (nothing allocated per series), and not part of the state.
+        self._slots = cfg.slot_scale
+        self.slot_mad = np.zeros((0, max(cfg.bins, 1) if self._slots else 0), dtype=np.float32)
+        self._slot_len = 86400.0 / max(cfg.bins, 1)
+        self._names = self._STATE if self._slots else self._STATE_NO_SLOT
 
     def __len__(self) -> int:
         return int(self.count.shape[0])
@@ -243,6 +277,8 @@ class RobustScorer:
             self.direction = grow(self.direction, size, 0)
             self.profile = grow(self.profile, size, np.nan)
             self.week = grow(self.week, size, 0.0)
+            if self._slots:
+                self.slot_mad = grow(self.slot_mad, size, 0.0)
         self.direction[sid] = direction
 
     def clear(self, ids: np.ndarray) -> None:
@@ -254,13 +290,17 @@ class RobustScorer:
         self.direction[ids] = 0
         self.profile[ids] = np.nan
         self.week[ids] = 0.0
+        if self._slots:
+            self.slot_mad[ids] = 0.0
 
-    def _bin(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Time-of-day slot and day of the week (0 is the UTC day of the epoch) of each time."""
+    def _bin(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Time-of-day slot, day of the week (0 is the UTC day of the epoch) and slot period (the slots
+        counted from the epoch, as floats) of each time."""
         bins = max(self.config.bins, 1)
         # A division, not a multiplication by the reciprocal: a time on a slot's edge lands in that slot.
-        slot = np.floor(ts / (86400.0 / bins)).astype(np.int64)
-        return slot % bins, (slot // bins) % 7
+        period = np.floor(ts / (86400.0 / bins))
+        slot = period.astype(np.int64)
+        return slot % bins, (slot // bins) % 7, period
 
     def evaluate(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> RobustScores:
         """Score rows ``x`` of series ``ids`` (unique) at times ``ts``, without learning."""
@@ -269,7 +309,7 @@ class RobustScorer:
         lvl = self.level[ids]
         first = count == 0
         lvl = np.where(first, x, lvl)
-        b, dow = self._bin(ts)
+        b, dow, period = self._bin(ts)
         prof = self.profile[ids, b].astype(np.float64) if cfg.bins > 0 else np.full(ids.shape[0], np.nan)
         has_season = ~np.isnan(prof)
         r_level = x - lvl
@@ -296,7 +336,18 @@ class RobustScorer:
         # moment estimates) they are a fraction of the truth for the first ~1/alpha samples, and every
         # sample just after warm-up looks several scales away.
         debias = self._debias[np.minimum(count, self._debias.shape[0] - 1)]
-        mad = np.maximum(np.where(use_season, self.mad_season[ids], self.mad_level[ids]) / debias, floor)
+        mad = np.where(use_season, self.mad_season[ids], self.mad_level[ids]) / debias
+        slot = slot_use = None
+        if self._slots and cfg.bins > 0:
+            # The slot's own scale where the daily profile is in use and the slot's scale is (positive:
+            # learnt on more than one day); the day's scale elsewhere.
+            slot = self.slot_mad[ids, b]
+            in_use = slot > 0.0
+            mad = np.where(use_season & in_use, slot * mad, mad)
+            # A new period of the slot: the series' last sample was before this period's start (a last time
+            # of NaN, before a first sample or from an old snapshot, is not).
+            slot_use = in_use | ((slot != 0.0) & (st[:, LAST_TS] < period * self._slot_len))
+        mad = np.maximum(mad, floor)
         if cfg.sparse_fraction > 0:
             # A sparse series' scale is at least its usual tick (module docstring).
             sparse = (st[:, TICKS] >= cfg.sparse_min_ticks) & (st[:, TICK_FRACTION] < cfg.sparse_fraction)
@@ -313,7 +364,9 @@ class RobustScorer:
         novelty, novel = self._novelty(st, x, count, mad, direction, zdir, surprise)
         week = None
         if off is None or r_week is None or pscale is None:
-            novel[:, WEEK_EDGE:] = st[:, WEEK_EDGE:]
+            novel[:, WEEK_EDGE] = st[:, WEEK_EDGE]
+            # The last time is kept for the slots' new-period test (without them, nothing reads it here).
+            novel[:, LAST_TS] = ts if self._slots and cfg.bins > 0 else st[:, LAST_TS]
         else:
             # Learned from every row, anomalous or not: whether a series has a weekly cycle is a property
             # of the series (a weekday series' weekend would otherwise be an episode never learnt from).
@@ -337,7 +390,7 @@ class RobustScorer:
             expected=expected,
             scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
             _has_season=has_season, _floor=floor, _count=count, _debias=debias, _zdir=zdir, _novel=novel,
-            _dow=dow, _r_pred=r_chosen, _week=week,
+            _dow=dow, _r_pred=r_chosen, _week=week, _slot=slot, _slot_use=slot_use,
         )
 
     def _novelty(self, st: np.ndarray, x: np.ndarray, count: np.ndarray, mad: np.ndarray,
@@ -361,6 +414,9 @@ class RobustScorer:
             highs = np.where(started, st[:, HIGHS], feats)
         width = np.maximum(highs - lows, cfg.floor_abs)
         up, down = (feats - highs) / width, (lows - feats) / width
+        if cfg.novelty_value_weight != 1.0:
+            up[:, 0] *= cfg.novelty_value_weight
+            down[:, 0] *= cfg.novelty_value_weight
         # The largest exceedance over the three features, per direction (column maxima: a reduction along
         # a 3-wide axis costs ten times as much on a large round).
         e_up = np.maximum(np.maximum(up[:, 0], up[:, 1]), up[:, 2])
@@ -430,9 +486,10 @@ class RobustScorer:
         lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l / debias, floor)
         lvl = np.where(first, x, self.level[ids])
         self.level[ids] = lvl + cfg.level_alpha * _clip(r_l, lim_l)
-        self.mad_level[ids] = np.where(first, 0.0, mad_l + cfg.scale_alpha * (np.minimum(np.abs(r_l), lim_l) - mad_l))
+        abs_l = np.abs(r_l)
+        self.mad_level[ids] = np.where(first, 0.0, mad_l + cfg.scale_alpha * (np.minimum(abs_l, lim_l) - mad_l))
         err_l = self.err_level[ids]
-        self.err_level[ids] = np.where(first, 0.0, err_l + cfg.scale_alpha * (np.abs(r_l) - err_l))
+        self.err_level[ids] = np.where(first, 0.0, err_l + cfg.scale_alpha * (abs_l - err_l))
         if cfg.bins <= 0:
             return
         b = ev._bins[sel]
@@ -442,14 +499,25 @@ class RobustScorer:
         # (with the day's offset where the weekly offsets are in use).
         r_p = ev._r_pred[sel]
         mad_s = self.mad_season[ids]
-        lim_s = cfg.huber * MAD_TO_SD * np.maximum(mad_s / debias, floor)
+        day = np.maximum(mad_s / debias, floor)
+        lim_s = cfg.huber * MAD_TO_SD * day
         prof = self.profile[ids, b].astype(np.float64)
         self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * _clip(r_s, lim_s), x)
-        self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(np.abs(r_p), lim_s) - mad_s),
-                                        mad_s)
+        abs_p = np.abs(r_p)
+        self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(abs_p, lim_s) - mad_s), mad_s)
         err_s = self.err_season[ids]
         # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
-        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, np.abs(r_p), 2.0 * np.abs(r_l)) - err_s)
+        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, abs_p, 2.0 * abs_l) - err_s)
+        if ev._slot is not None and ev._slot_use is not None:
+            # The slot's scale, as a multiple of the day's (debiased) one: 1 where it is unknown (0), then
+            # the mean of the slot's residuals of the seasonal prediction over the day's scale, Huber-clipped
+            # at the slot's own scale, at ``scale_alpha`` a visit; stored negative until in use (module
+            # docstring). (It shrinks by at most a factor ``1 - scale_alpha`` a visit: it stays above 0.)
+            s = ev._slot[sel]
+            ratio = np.where(s == 0.0, 1.0, np.abs(s))
+            lim_b = np.maximum(ratio * day, floor) * (cfg.huber * MAD_TO_SD)
+            ratio += cfg.scale_alpha * (np.minimum(abs_p, lim_b) / day - ratio)
+            self.slot_mad[ids, b] = np.where(has, np.where(ev._slot_use[sel], ratio, -ratio), s)
 
     def clean(self, ids: np.ndarray) -> np.ndarray:
         """Series whose learned level and scale are both zero (a fault counter with no error so far)."""
@@ -470,16 +538,20 @@ class RobustScorer:
     def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
         """State of the first ``n`` series (all by default) as named arrays."""
         n = len(self) if n is None else n
-        names = self._STATE
-        return {f"robust.{k}": getattr(self, k)[:n].copy() for k in names}
+        return {f"robust.{k}": getattr(self, k)[:n].copy() for k in self._names}
 
     def restore(self, data: dict[str, np.ndarray]) -> None:
         n = data["robust.count"].shape[0]
         if data["robust.profile"].shape[1:] != self.profile.shape[1:]:
             raise ValueError("snapshot profile bins differ from the configured bins")
+        # A snapshot's slot scales restore into a scorer with them (a scorer without them ignores them; a
+        # snapshot without them restores as new series have them: the day's scale until learnt).
+        if (self._slots and "robust.slot_mad" in data
+                and data["robust.slot_mad"].shape[1:] != self.slot_mad.shape[1:]):
+            raise ValueError("snapshot slot scale bins differ from the configured bins")
         if n:
             self.register(n - 1)
-        for k in self._STATE:
+        for k in self._names:
             if f"robust.{k}" not in data and k in self._LATER:  # a snapshot from before it was learned
                 getattr(self, k)[:n] = self._LATER[k]
                 continue
@@ -495,6 +567,5 @@ class RobustScorer:
     @property
     def nbytes_per_series(self) -> float:
         """State bytes per registered series (allocated capacity counted as used)."""
-        names = self._STATE
         cap = max(self.count.shape[0], 1)
-        return sum(getattr(self, k).nbytes for k in names) / cap  # type: ignore[no-any-return]
+        return sum(getattr(self, k).nbytes for k in self._names) / cap  # type: ignore[no-any-return]

@@ -60,11 +60,15 @@ class Case:
     dim: int
 
 
-def _robust(seed: int) -> Scorer:
-    s = RobustScorer(RobustConfig())
+def _robust(seed: int, slot_scale: bool = False) -> Scorer:
+    s = RobustScorer(RobustConfig(slot_scale=slot_scale))
     for sid in range(6):
         s.register(sid)
     return s
+
+
+def _robust_slots(seed: int) -> Scorer:
+    return _robust(seed, slot_scale=True)
 
 
 def _hst(seed: int) -> Scorer:
@@ -74,7 +78,7 @@ def _hst(seed: int) -> Scorer:
     return s
 
 
-CASES = [Case("robust", _robust, 1), Case("hst", _hst, 2)]
+CASES = [Case("robust", _robust, 1), Case("robust+slots", _robust_slots, 1), Case("hst", _hst, 2)]
 
 
 def run(scorer: Scorer, stream: Stream, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -128,9 +132,16 @@ from streams.catalogue import Direction, Mode  # noqa: E402
 from streams.detect import SCORERS, DetectorBank, DetectorConfig  # noqa: E402
 from streams.scorers.base import SeriesScorer  # noqa: E402
 
+#: The robust scorer with its opt-in per-slot scale, as a scorer of its own for the bank's contract.
+SLOTS = "robust+slots"
+
+
+def config_for(name: str) -> DetectorConfig:
+    return DetectorConfig(scorer="robust" if name == SLOTS else name, min_samples=100, slot_scale=name == SLOTS)
+
 
 def bank_for(name: str, n: int = 6) -> DetectorBank:
-    bank = DetectorBank(DetectorConfig(scorer=name, min_samples=100))
+    bank = DetectorBank(config_for(name))
     for sid in range(n):
         bank.register(sid, Mode.LEVEL, Direction.BOTH)
     return bank
@@ -149,7 +160,7 @@ def run_bank(bank: DetectorBank, stream: Stream, start: int = 0, stop: int | Non
     return np.array(scores), transitions
 
 
-@pytest.fixture(params=sorted(SCORERS))
+@pytest.fixture(params=[*sorted(SCORERS), SLOTS])
 def scorer_name(request: pytest.FixtureRequest) -> str:
     return request.param  # type: ignore[no-any-return]
 
@@ -182,11 +193,25 @@ def test_through_the_bank_a_snapshot_round_trip_gives_identical_transitions(scor
     stream = labelled_stream(5, steps=700)
     a = bank_for(scorer_name)
     run_bank(a, stream, 0, 350)
-    b = DetectorBank(DetectorConfig(scorer=scorer_name, min_samples=100))
+    b = DetectorBank(config_for(scorer_name))
     b.restore(a.snapshot(6))
     sa, ta = run_bank(a, stream, 350)
     sb, tb = run_bank(b, stream, 350)
     assert np.array_equal(sa, sb) and ta == tb
+
+
+def test_the_round_trips_cover_the_robust_scorers_per_slot_scale() -> None:
+    """The snapshot round trips above are taken where the robust scorer's slot scales are in use (the
+    stream is 5-minute samples with a daily shape: at step 350, 29 hours in, every slot was seen on a
+    second day), so they cover that state; and a cleared series has none."""
+    stream = labelled_stream(5, steps=700)
+    a = bank_for(SLOTS)
+    run_bank(a, stream, 0, 350)
+    assert "detect.robust.slot_mad" not in bank_for("robust").snapshot(6)  # off by default: no such state
+    slots = a.snapshot(6)["detect.robust.slot_mad"]
+    assert (slots > 0).any(axis=1).all()  # in use in every series
+    a.clear(np.array([2]))
+    assert (a.snapshot(6)["detect.robust.slot_mad"][2] == 0).all()
 
 
 def test_through_the_bank_a_cleared_series_starts_afresh(scorer_name: str) -> None:
@@ -196,7 +221,7 @@ def test_through_the_bank_a_cleared_series_starts_afresh(scorer_name: str) -> No
     used.clear(np.array([2]))
     fresh = bank_for(scorer_name)
     one = Stream(stream.ts[400:], stream.x[400:, 2:3], stream.label[400:, 2:3])
-    reused = DetectorBank(DetectorConfig(scorer=scorer_name, min_samples=100))
+    reused = DetectorBank(config_for(scorer_name))
     reused.restore(used.snapshot(6))
     got = [reused.update(np.array([2]), np.array([t]), x).phase.tolist() or reused.last_scores.score.tolist()
            for t, x in zip(one.ts.tolist(), one.x, strict=True)]

@@ -59,3 +59,20 @@ def test_an_event_scores_once_and_again_only_where_it_outgrows_itself() -> None:
     assert nov[600] >= 0.5
     assert (nov[601:603] < 0.5).all()
     assert nov[620] >= 0.5
+
+
+def test_the_novelty_value_weight_scales_only_the_values_exceedance() -> None:
+    """A lone sample beyond its range (the means still inside theirs) scores less with a lower weight;
+    1.0 is the unweighted novelty bit for bit, and the weight is the bank's setting."""
+    from dataclasses import replace
+
+    from streams.detect import DetectorConfig
+
+    x = 10.0 + np.random.default_rng(9).normal(size=3000)
+    x[2500] = x[:2500].max() + 0.4 * np.ptp(x[:2500])  # one sample 40 % of the span beyond the high
+    cfg = RobustConfig.for_window(100, min_samples=150)
+    plain = _novelty(cfg, x)
+    assert np.array_equal(_novelty(replace(cfg, novelty_value_weight=1.0), x), plain)
+    weak = _novelty(replace(cfg, novelty_value_weight=0.35), x)
+    assert plain[2500] > weak[2500] > 0.0
+    assert DetectorConfig(novelty_value_weight=0.35).robust().novelty_value_weight == 0.35

@@ -153,6 +153,18 @@ def test_eval_nab_cv_holds_each_category_out_and_tunes_only_on_the_others(
     assert "held-out" in out and "overall" in out and "beta" in out
 
 
+def test_eval_nab_grid_prints_the_configurations_cv_chooses_from(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from lockstep.commands.eval import NAB_TUNING_GRID
+
+    data, labels = write_categories(tmp_path)
+    assert main(["eval", "nab", str(data), str(labels), "--grid"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(NAB_TUNING_GRID) and lines[0] == "0  untuned"
+    assert [json.loads(line.split("  ", 1)[1]) for line in lines[1:]] == list(NAB_TUNING_GRID[1:])
+    assert {"novelty_value_weight": 0.35} in NAB_TUNING_GRID  # a weaker lone sample is a CV choice
+
+
 def test_eval_nab_runs_another_scorer_on_the_output_asked_for(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """``--scorer hst --output score`` runs HalfSpaceTrees through the same bank (its novelty is always 0)."""

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import base64
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from streams.detect import DetectorConfig
 from streams.pipeline import PartitionPipeline
+from streams.snapshot import unpack
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pipeline"
 sys.path.insert(0, str(FIXTURES))
@@ -32,8 +35,8 @@ def fixture() -> dict[str, Any]:
     return doc
 
 
-def restored(doc: dict[str, Any]) -> PartitionPipeline:
-    pipe = PartitionPipeline("t:0", CONFIG, inventory())
+def restored(doc: dict[str, Any], config: DetectorConfig = CONFIG) -> PartitionPipeline:
+    pipe = PartitionPipeline("t:0", config, inventory())
     pipe.restore(base64.b64decode(doc["snapshot"]))
     return pipe
 
@@ -61,13 +64,32 @@ CHANGED_SINCE_FIXTURE = {
 }
 
 
-def test_an_old_snapshot_restores_to_the_same_records_and_the_same_final_state(fixture: dict[str, Any]) -> None:
-    pipe = restored(fixture)
+#: Arrays added since the fixture was written, opt-in (the fixture's snapshot has none: they restore as a
+#: new series has them), with the dtype and shape they must have at the end of the run with them on.
+ADDED_SINCE_FIXTURE = {
+    "detect.robust.slot_mad": ["float32", [11, 48]],  # issue 19: a robust scale per time-of-day slot
+}
+
+
+@pytest.mark.parametrize("slot_scale", [False, True], ids=["default", "slot_scale"])
+def test_an_old_snapshot_restores_to_the_same_records_and_the_same_final_state(fixture: dict[str, Any],
+                                                                               slot_scale: bool) -> None:
+    pipe = restored(fixture, replace(CONFIG, slot_scale=slot_scale))
     got = feed(pipe, fixture["input_after"], SNAPSHOT_AT)
     assert orjson.dumps(got, option=orjson.OPT_SORT_KEYS) == orjson.dumps(fixture["output_after"],
                                                                           option=orjson.OPT_SORT_KEYS)
-    now, then = state(pipe.snapshot()), fixture["state_at_end"]
+    blob = pipe.snapshot()
+    now, then = state(blob), fixture["state_at_end"]
     for name in CHANGED_SINCE_FIXTURE:
         assert now["arrays"][name][:2] == then["arrays"][name][:2]
         now["arrays"][name] = then["arrays"][name]
+    for name, (dtype, shape) in ADDED_SINCE_FIXTURE.items():
+        assert name not in then["arrays"]
+        if slot_scale:
+            assert now["arrays"].pop(name)[:2] == [dtype, shape]
+        else:
+            assert name not in now["arrays"]  # off by default: no such state
     assert now == then  # sketch.pane included, as old workers read it
+    if slot_scale:
+        # 30 s after the restore no slot's scale is in use yet (that takes a later day in the same slot).
+        assert (unpack(blob)[0]["detect.robust.slot_mad"] <= 0).all()

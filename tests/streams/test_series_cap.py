@@ -124,7 +124,7 @@ def rows(p: PartitionPipeline, sid: int) -> dict[str, Any]:
     d, sc, sk = p.detector, p.detector.scorer, p.detector.sketch
     out = {f"rates.{k}": getattr(p.rates, k)[sid] for k in ("last_ts", "last_value")}
     out.update({f"detect.{k}": getattr(d, k)[sid] for k in d._FIELDS})
-    out.update({f"robust.{k}": getattr(sc, k)[sid] for k in sc._STATE})
+    out.update({f"robust.{k}": getattr(sc, k)[sid] for k in sc._names})
     out.update({f"sketch.{k}": getattr(sk, k)[sid] for k in sk._FIELDS})
     out.update({"lane": p._lane[sid], "jobset": p._jobset[sid], "src": p._src_names[p._src_code[sid]],
                 "counter": p.registry.counter[sid], "scale": p.registry.scale[sid]})
