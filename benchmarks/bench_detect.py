@@ -7,6 +7,9 @@
 - baseline: what the old design paid per call at least: ``np.percentile`` (p50, p99) over a 120-sample
   ring buffer of each series in the call, plus writing the new value in;
 - memory: state bytes per series with 100,000 series registered.
+Each figure is the median of ``--blocks`` timed blocks, Lockstep's and the baseline's interleaved, with
+their ratio. To compare two trees, run each with ``PYTHONPATH=<tree>`` from inside it, interleaved
+(an editable install otherwise imports the checkout it was installed from).
 Timings are wall-clock on this machine by default; ``--clock cpu`` times the process's CPU time instead
 (single-threaded numpy: the same work, but far less disturbed by other jobs on shared cores).
 """
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -36,7 +41,9 @@ def baseline_call(buf: np.ndarray, pos: np.ndarray, ids: np.ndarray, x: np.ndarr
     return np.asarray(p)
 
 
-def bench(n: int, rounds: int, clock: str = "wall") -> None:
+def bench(n: int, rounds: int, clock: str = "wall", blocks: int = 5) -> None:
+    """Each figure is the median of ``blocks`` timed blocks, Lockstep's and the baseline's interleaved
+    (a burst of load on the shared machine then hits both), with the ratio of their costs per point."""
     now = time.process_time if clock == "cpu" else time.perf_counter
     rng = np.random.default_rng(0)
     ids_all = np.arange(n)
@@ -47,35 +54,58 @@ def bench(n: int, rounds: int, clock: str = "wall") -> None:
     buf = rng.normal(100, 5, (n, 120))
     pos = np.zeros(n, dtype=np.int64)
     xs = rng.normal(100, 5, (rounds, n))
-    t0 = now()
-    for r in range(rounds):
-        bank.update(ids_all, np.full(n, 10.0 * (warm + r)), xs[r])
-    t_bank = now() - t0
-    t0 = now()
-    for r in range(rounds):
-        baseline_call(buf, pos, ids_all, xs[r])
-    t_base = now() - t0
+    t = 10.0 * warm
+
+    def timed(fn: Callable[[], None]) -> float:
+        t0 = now()
+        fn()
+        return now() - t0
+
+    def bank_batch() -> None:
+        nonlocal t
+        for r in range(rounds):
+            bank.update(ids_all, np.full(n, t), xs[r])
+            t += 10.0
+
+    def base_batch() -> None:
+        for r in range(rounds):
+            baseline_call(buf, pos, ids_all, xs[r])
+
+    el_bank, el_base = [], []
+    for _ in range(blocks):
+        el_bank.append(timed(bank_batch))
+        el_base.append(timed(base_batch))
+    t_bank, t_base = float(np.median(el_bank)), float(np.median(el_base))
     pts = rounds * n
-    print(f"batch mode ({n:,} series per call, {rounds} calls)")
+    print(f"batch mode ({n:,} series per call, {rounds} calls a block, median of {blocks} blocks)")
     print(f"  lockstep DetectorBank.update     {pts / t_bank:12,.0f} points/s   {t_bank / rounds * 1e3:8.1f} ms/call")
     print(f"  baseline np.percentile ring(120) {pts / t_base:12,.0f} points/s   {t_base / rounds * 1e3:8.1f} ms/call")
+    print(f"  lockstep / baseline throughput   {t_base / t_bank:12.2f}x")
     for size in (8, 32):
-        calls = 3000
+        calls = 600
         starts = rng.integers(0, n - size, calls)
-        t = 10.0 * (warm + rounds)
-        t0 = now()
-        for c in range(calls):
-            ids = ids_all[starts[c]: starts[c] + size]
-            bank.update(ids, np.full(size, t + c), xs[c % rounds, :size])
-        t_s = now() - t0
-        t0 = now()
-        for c in range(calls):
-            ids = ids_all[starts[c]: starts[c] + size]
-            baseline_call(buf, pos, ids, xs[c % rounds, :size])
-        t_b = now() - t0
-        print(f"streaming path, {size} samples per call ({calls} calls)")
+
+        def bank_calls(size: int, calls: int, starts: np.ndarray) -> None:
+            nonlocal t
+            for c in range(calls):
+                ids = ids_all[starts[c]: starts[c] + size]
+                bank.update(ids, np.full(size, t), xs[c % rounds, :size])
+                t += 0.01
+
+        def base_calls(size: int, calls: int, starts: np.ndarray) -> None:
+            for c in range(calls):
+                ids = ids_all[starts[c]: starts[c] + size]
+                baseline_call(buf, pos, ids, xs[c % rounds, :size])
+
+        el_bank, el_base = [], []
+        for _ in range(blocks):
+            el_bank.append(timed(partial(bank_calls, size, calls, starts)))
+            el_base.append(timed(partial(base_calls, size, calls, starts)))
+        t_s, t_b = float(np.median(el_bank)), float(np.median(el_base))
+        print(f"streaming path, {size} samples per call ({calls} calls a block, median of {blocks} blocks)")
         for label, el in (("lockstep DetectorBank.update    ", t_s), ("baseline np.percentile ring(120)", t_b)):
             print(f"  {label} {calls * size / el:12,.0f} samples/s  {el / calls * 1e6:8.1f} us/call")
+        print(f"  lockstep / baseline cost per call {t_s / t_b:11.2f}x")
     parts = bank.nbytes_per_series()
     print(f"state per series at {n:,} series: {sum(parts.values()):.0f} bytes "
           + ", ".join(f"{k} {v:.0f}" for k, v in parts.items())
@@ -86,10 +116,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--series", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--blocks", type=int, default=5, help="timed blocks of each figure (the median is printed)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall-clock time, or the process's CPU time (steadier on shared cores)")
     args = ap.parse_args()
-    bench(args.series, args.rounds, args.clock)
+    bench(args.series, args.rounds, args.clock, args.blocks)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,10 @@ class DetectorBank:
     _FILL = {"mode": 0, "bad_dir": 0, "state": NORMAL, "run": 0, "run_ts": np.nan, "run_value": np.nan,
              "run_score": 0.0, "episode_len": 0, "last_value": np.nan}
 
+    #: The most rows one pass of :meth:`update` scores at once (a larger round runs as chunks of this
+    #: many; about 4,096 rows of float64 temporaries fit a core's L2 cache with room to spare).
+    chunk: int = 4096
+
     def __init__(self, config: DetectorConfig) -> None:
         self.config = config
         if config.scorer not in SCORERS:
@@ -226,7 +230,25 @@ class DetectorBank:
         """Score one round (``ids`` unique, ``x`` finite), learn, and advance the episode state machines.
 
         The per-row scores are left in :attr:`last_scores`.
+
+        A round of more than :attr:`chunk` rows runs as consecutive chunks of that many: the series are
+        independent (``ids`` unique), so the result is the same to the bit, while each chunk's dozens of
+        temporaries stay in the CPU's cache instead of streaming through memory.
         """
+        n = ids.shape[0]
+        if n <= self.chunk:
+            return self._update(ids, ts, x)
+        parts = [(lo, self._update(ids[lo:lo + self.chunk], ts[lo:lo + self.chunk], x[lo:lo + self.chunk]),
+                  self.last_scores) for lo in range(0, n, self.chunk)]
+        self.last_scores = Scores(np.concatenate([s.score for _, _, s in parts]),
+                                  np.concatenate([s.novelty for _, _, s in parts]))
+        return Transitions(
+            pos=np.concatenate([tr.pos + lo for lo, tr, _ in parts]),
+            **{f: np.concatenate([getattr(tr, f) for _, tr, _ in parts])
+               for f in ("phase", "onset_ts", "value", "score", "p50", "p99")})
+
+    def _update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> Transitions:
+        """:meth:`update` of one chunk."""
         cfg = self.config
         scores, novelty, ev, mode = self._score(ids, ts, x)
         self.last_scores = Scores(scores, novelty)

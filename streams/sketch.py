@@ -146,6 +146,11 @@ class RollingPercentiles:
         return np.where(pos, np.minimum(np.maximum(j, 1), b - 1), 0)
 
     # -- updates --------------------------------------------------------------------------------
+    def _empty_pane(self, buckets: int) -> np.void:
+        """An all-zero pane grid as one opaque item (what :meth:`add`'s pane view holds)."""
+        grid = np.zeros(buckets, dtype=self.counts.dtype).view(np.dtype((np.void, buckets * self.counts.itemsize)))
+        return grid[0]  # type: ignore[no-any-return]
+
     def add(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> None:
         """Add one sample per series (``ids`` unique within a call; use :meth:`add_many` otherwise)."""
         if ids.size == 0:
@@ -158,19 +163,25 @@ class RollingPercentiles:
         p = np.floor(ts[:, None] / self._w[None, :]).astype(np.int64)
         adv = p - cur
         moved = adv >= 1
+        nw, b = adv.shape[1], self.counts.shape[-1]
+        if not self.counts.flags.c_contiguous:
+            self.counts = np.ascontiguousarray(self.counts)
         if moved.any():  # most rounds stay inside every window's current pane: nothing rolls
+            # Each pane's grid as one opaque item (a 1-D gather and scatter of whole grids costs under half
+            # of ``counts[rows, windows, slot]``'s, which copies a grid bucket by bucket).
+            panes = self.counts.reshape(-1).view(np.dtype((np.void, b * self.counts.itemsize)))
             roll1 = adv == 1
             if roll1.any():
                 r, w = np.nonzero(roll1)
-                rid = ids[r]
-                self.counts[rid, w, 1] = self.counts[rid, w, 0]
-                self.counts[rid, w, 0] = 0
+                cur_pane = (ids[r] * nw + w) * 2
+                panes[cur_pane + 1] = panes[cur_pane]
+                panes[cur_pane] = self._empty_pane(b)
             reset = adv >= 2
             if reset.any():
                 r, w = np.nonzero(reset)
-                self.counts[ids[r], w] = 0
+                cur_pane = (ids[r] * nw + w) * 2
+                panes[cur_pane] = panes[cur_pane + 1] = self._empty_pane(b)
         # One flat index per (row, window): slot 0 (current pane) or 1 (the one before), the value's bucket.
-        nw, b = adv.shape[1], self.counts.shape[-1]
         flat = ((ids[:, None] * nw + self._windex) * 2 + (adv < 0)) * b + bucket[:, None]
         ok = adv >= -1
         if ok.all():
@@ -178,8 +189,6 @@ class RollingPercentiles:
         else:
             self.dropped += int((~ok).sum())
             flat = flat[ok]
-        if not self.counts.flags.c_contiguous:
-            self.counts = np.ascontiguousarray(self.counts)
         counts = self.counts.reshape(-1)  # a view of the contiguous array: writes go through
         vals = counts[flat]
         counts[flat] = np.where(vals < self._max, vals + 1, vals)

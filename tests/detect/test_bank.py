@@ -106,3 +106,36 @@ def test_state_is_at_most_2_kb_per_series_at_100k_series() -> None:
     b.register(99_999, Mode.LEVEL, Direction.UP)
     parts = b.nbytes_per_series()
     assert sum(parts.values()) <= 2048, parts
+
+
+def test_a_round_larger_than_the_chunk_runs_in_chunks_with_the_same_result_to_the_bit() -> None:
+    """Chunking a large round is a cache optimisation only: transitions (positions in the round's arrays),
+    per-row scores and every state array equal those of one pass over the whole round."""
+    modes = [Mode.LEVEL, Mode.RATE, Mode.ERRORS, Mode.EVENT, Mode.CONTEXT]
+    n = 37
+    whole, chunked = bank(), bank()
+    chunked.chunk = 5  # 8 chunks, the last of 2 rows
+    assert whole.chunk >= n
+    for b in (whole, chunked):
+        for sid in range(n):
+            b.register(sid, modes[sid % len(modes)], (Direction.UP, Direction.DOWN, Direction.BOTH)[sid % 3])
+    rng = np.random.default_rng(7)
+    starts = ends = 0
+    for k in range(120):
+        ids = rng.permutation(n)[: rng.integers(n // 2, n + 1)]  # unique, unordered, a varying count
+        x = rng.normal(50.0, 2.0, ids.shape[0])
+        if 40 <= k < 50:
+            x[ids % 4 == 0] += 400.0  # episodes start (and end after) in several chunks at once
+        ts = np.full(ids.shape[0], 10.0 * k)
+        a, b = whole.update(ids, ts, x), chunked.update(ids, ts, x)
+        for f in ("pos", "phase", "onset_ts", "value", "score", "p50", "p99"):
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
+        np.testing.assert_array_equal(whole.last_scores.score, chunked.last_scores.score)
+        np.testing.assert_array_equal(whole.last_scores.novelty, chunked.last_scores.novelty)
+        starts += int(a.phase.sum())
+        ends += int((a.phase == 0).sum())
+    assert starts > 0 and ends > 0  # the comparison covered transitions, not only quiet rounds
+    sa, sb = whole.snapshot(n), chunked.snapshot(n)
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        np.testing.assert_array_equal(sa[key], sb[key], err_msg=key)
