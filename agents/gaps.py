@@ -256,3 +256,23 @@ async def fetched_ends(settings: LockstepSettings, bootstrap: str, reported: Map
         log.info("end offsets from a fetch, %.0f ms: %s (ListOffsets said, fetch said)",
                  1000 * (loop.time() - started), fixed)
     return out
+
+
+async def true_ends(settings: LockstepSettings, bootstrap: str, tps: list[Any]) -> dict[Any, int]:
+    """``{TopicPartition: end offset}`` now, each the high-water mark of a fetch answer (``fetched_ends``).
+
+    For anything that waits until it has read a topic "to its end": Tansu's ListOffsets alone can be
+    short by more than a batch (45 of 750 records a partition in a probe), and a wait on it returns
+    before the last records are read (the any-worker web test failed in CI on exactly that).
+    """
+    from aiokafka import AIOKafkaConsumer
+
+    if not tps:
+        return {}
+    consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        listed: dict[Any, int | None] = dict(await consumer.end_offsets(tps))
+    finally:
+        await consumer.stop()
+    return {tp: int(v or 0) for tp, v in (await fetched_ends(settings, bootstrap, listed)).items()}

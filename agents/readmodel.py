@@ -84,6 +84,9 @@ class ReadModel:
         self.partitions: list[TopicPartition] = []
         self.targets: dict[TopicPartition, int] = {}
         self.caught_up = False
+        #: Poll rounds completed (a round folds everything its fetch returned before it counts): a caller
+        #: that saw the positions reach an end waits for the next count to know the records are applied.
+        self.rounds = 0
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -163,6 +166,7 @@ class ReadModel:
                 await self._update_lag()
                 if not self.caught_up:
                     await self._check_caught_up()
+                self.rounds += 1
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -39,6 +39,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from agents.gaps import true_ends
 from agents.kafka import client_kwargs, drain, start_producer
 from agents.topics import CarrierTopic, TopicCatalogue, carrier_formats, create_topics
 from lockstep.broker import EmbeddedBroker
@@ -465,16 +466,11 @@ async def wait_converted(settings: LockstepSettings, bootstrap: str, carriers: l
     The convert agents flush their producer before acking an end-of-input marker (agents.carriers),
     so a committed offset past the marker means everything converted before it is on the broker.
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
     tps = [TopicPartition(c.topic, p) for c in carriers for p in range(c.partitions)]
-    consumer = AIOKafkaConsumer(**client_kwargs(settings, bootstrap), group_id=None, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        end = await consumer.end_offsets(tps)
-    finally:
-        await consumer.stop()
+    end = await true_ends(settings, bootstrap, tps)  # not ListOffsets alone: Tansu's can be short
     admin = AIOKafkaAdminClient(**client_kwargs(settings, bootstrap))
     await admin.start()
     try:
@@ -504,9 +500,9 @@ async def wait_inventory_loaded(worker: Worker, settings: LockstepSettings, boot
         if not parts:
             await consumer.force_metadata_update()
             parts = consumer.partitions_for_topic(topic) or set()
-        end = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
     finally:
         await consumer.stop()
+    end = await true_ends(settings, bootstrap, [TopicPartition(topic, p) for p in parts])
     total = sum(end.values())  # replays write no tombstones: every record is applied or rejected
     deadline = time.monotonic() + timeout_s
     reader = worker.reader

@@ -120,16 +120,13 @@ async def committed(settings: LockstepSettings, topics: list[str]) -> dict[tuple
 
 
 async def end_offsets(settings: LockstepSettings, topics: list[str]) -> dict[tuple[str, int], int]:
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, group_id=None)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(t, p) for t in topics for p in range(settings.partitions)]
-        ends = await consumer.end_offsets(tps)
-        return {(tp.topic, tp.partition): int(v) for tp, v in ends.items()}
-    finally:
-        await consumer.stop()
+    from agents.gaps import true_ends
+
+    tps = [TopicPartition(t, p) for t in topics for p in range(settings.partitions)]
+    ends = await true_ends(settings, settings.kafka_bootstrap_servers, tps)  # Tansu's ListOffsets can be short
+    return {(tp.topic, tp.partition): v for tp, v in ends.items()}
 
 
 async def wait_until(predicate: Any, timeout_s: float, every_s: float = 0.5) -> bool:

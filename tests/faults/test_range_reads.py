@@ -202,3 +202,36 @@ def test_table_recovery_reads_every_changelog_partition_to_its_true_end(own_brok
 
     ends, listed, real = asyncio.run(go())
     assert ends == real, f"recovery ends {ends}; records end at {real}; ListOffsets said {listed}"
+
+
+def test_a_wait_for_the_end_of_a_topic_waits_for_its_last_record(own_broker: EmbeddedBroker) -> None:
+    """``true_ends`` is what every "read it to the end" wait uses (the read model's catch-up in the web
+    tests, replay's converted/inventory waits, the fault kit): each partition's end is the offset after
+    its last record. ListOffsets alone was short on partitions written in batches, a wait on it
+    returned early, and a second worker's read model was compared before it held the job lanes (the
+    any-worker web test, in CI)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from agents.gaps import true_ends
+
+    settings = make_settings(own_broker.bootstrap, partitions=2)
+
+    async def go() -> tuple[dict[Any, int], dict[Any, int], dict[Any, int]]:
+        await write(settings, "t.wait", 301, flush_every=4)
+        tps = [TopicPartition("t.wait", p) for p in (0, 1)]
+        consumer = AIOKafkaConsumer(bootstrap_servers=own_broker.bootstrap, group_id=None,
+                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        try:
+            listed = {tp: int(v) for tp, v in (await consumer.end_offsets(tps)).items()}
+            consumer.assign(tps)
+            read: dict[Any, int] = dict.fromkeys(tps, 0)
+            while sum(read.values()) < 2 * 301:
+                for tp, msgs in (await consumer.getmany(timeout_ms=1000)).items():
+                    read[tp] = msgs[-1].offset + 1
+        finally:
+            await consumer.stop()
+        return await true_ends(settings, own_broker.bootstrap, tps), listed, read
+
+    ends, listed, read = asyncio.run(go())
+    assert ends == read, f"true ends {ends}; the last records end at {read}; ListOffsets said {listed}"

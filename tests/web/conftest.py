@@ -97,16 +97,25 @@ async def _feed_seed_incident(settings: LockstepSettings, bootstrap: str, path: 
 
 async def read_model_caught_up(worker: Any, timeout_s: float = 120.0) -> None:
     """Wait until the worker's read model has read every output partition to its current end."""
+    from agents.gaps import true_ends
+
     rm = worker.web.readmodel
     consumer = rm.consumer
-    end = await consumer.end_offsets(rm.partitions)
+    end = await true_ends(rm.settings, rm.bootstrap, rm.partitions)  # not ListOffsets: Tansu's can be short
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         behind = [tp for tp in rm.partitions if await consumer.position(tp) < end[tp]]
         if not behind:
-            return
+            break
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(f"read model still behind on {behind}")
+        await asyncio.sleep(0.1)
+    # The positions move when a fetch returns, its records are folded partition by partition after it
+    # (yielding between them): the round that fetched the last ones must have ended.
+    seen = rm.rounds
+    while rm.rounds <= seen:
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("read model did not finish its poll round")
         await asyncio.sleep(0.1)
 
 
