@@ -75,6 +75,8 @@ async def read_topic(settings: LockstepSettings, topic: str) -> list[Any]:
     """Every record of ``topic`` from the beginning to its current end."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from agents.gaps import true_ends
+
     consumer = AIOKafkaConsumer(**client_kwargs(settings, settings.kafka_bootstrap_servers or ""),
                                 enable_auto_commit=False)
     await consumer.start()
@@ -83,7 +85,7 @@ async def read_topic(settings: LockstepSettings, topic: str) -> list[Any]:
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or {0})]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        end = await consumer.end_offsets(tps)
+        end = await true_ends(settings, settings.kafka_bootstrap_servers or "", tps)  # ListOffsets: short on Tansu
         out = []
         while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
             for msgs in (await consumer.getmany(timeout_ms=500)).values():
