@@ -500,9 +500,10 @@ async def wait_inventory_loaded(worker: Worker, settings: LockstepSettings, boot
         if not parts:
             await consumer.force_metadata_update()
             parts = consumer.partitions_for_topic(topic) or set()
+        # inside the try: aiokafka's consumer.stop() with no await since start() raises CancelledError
+        end = await true_ends(settings, bootstrap, [TopicPartition(topic, p) for p in parts])
     finally:
         await consumer.stop()
-    end = await true_ends(settings, bootstrap, [TopicPartition(topic, p) for p in parts])
     total = sum(end.values())  # replays write no tombstones: every record is applied or rejected
     deadline = time.monotonic() + timeout_s
     reader = worker.reader
