@@ -24,6 +24,7 @@ from agents.carriers import attach_carriers
 from agents.correlating import Correlate
 from agents.ingest import Ingest
 from agents.kafka import faust_credentials
+from agents.lane import BatchLane
 from agents.metrics import WorkerMetrics
 from agents.offsets import Offsets
 from agents.runtime import LockstepApp, Runtime, Topics, WorkerState, never_raises
@@ -131,6 +132,13 @@ def build_app(
     # The pipeline, stage by stage (docs/architecture.md): real formats -> native samples (convert),
     # samples -> episodes, points and progress (ingest), episodes -> alerts, timelines, stats (correlate).
     attach_carriers(app, settings, cat, rt.send, rt.dead_letter, metrics, to_kafka=emit is None)
+    if emit is None and settings.ingest_lane:  # agents.lane: the ingest agent's records a fetch at a time
+        lane = BatchLane(cat.telemetry_topics, 2 * settings.ingest_batch_messages, app.flow_control.is_active,
+                         lambda: app.consumer_generation_id,
+                         lambda outcome, n: metrics.lane_records.labels(outcome).inc(n))
+        app.flow_control.manage_queue(lane)  # type: ignore[arg-type]  # cleared with the agents' queues
+        app.lockstep_lane = lane
+        ingest.lane = lane
     app.agent(topics.telemetry, name="ingest")(ingest.run)
     app.agent(topics.annotations, name="forward_annotations")(correlate.forward_annotations)
     app.agent(topics.anomalies, name="correlate")(correlate.run)

@@ -24,6 +24,7 @@ import orjson
 
 from agents.batching import take_batches
 from agents.deadletters import dead_letter_of, raw_bytes
+from agents.lane import BatchLane
 from agents.offsets import facts
 from agents.recovery import NOTHING_HELD, Action, decide, held, rebuild_range
 from agents.runtime import Runtime
@@ -65,15 +66,21 @@ class Ingest:
         self.resumes = ingest_resume_counter(rt.metrics)
         self.telemetry_topics = set(rt.catalogue.telemetry_topics)
         self.fabric = FabricSummaries(rt)
+        #: agents.lane: the records a fetch at a time from the consumer (a worker on a broker), or None: the
+        #: agent's Faust stream (Faust's test context, ``ingest_lane`` off)
+        self.lane: BatchLane | None = None
 
     # -- the agent ------------------------------------------------------------------------------
     async def run(self, stream: faust.StreamT[bytes]) -> None:
         """Many messages at once: one pipeline call per input partition per batch, so the array work is
-        paid per batch, not per message. Faust acks every event of a batch once it is handled. Up to
+        paid per batch, not per message. Every record of a batch is acknowledged once it is handled. Up to
         ingest_batch_messages (all partitions), every ingest_batch_within_s, or at once with what queued
-        up while a longer batch was handled (agents.batching)."""
+        up while a longer batch was handled (agents.batching). On a broker the records come through the
+        ingest lane a fetch at a time (agents.lane); in Faust's test context, through the agent's stream."""
         settings, state = self.rt.settings, self.state
-        async for events in take_batches(stream, settings.ingest_batch_messages, settings.ingest_batch_within_s):
+        batches = take_batches(stream, settings.ingest_batch_messages, settings.ingest_batch_within_s) \
+            if self.lane is None else self.lane.batches(settings.ingest_batch_messages, settings.ingest_batch_within_s)
+        async for events in batches:
             groups: dict[tuple[str, int], list[Any]] = {}
             now = time.monotonic()
             state.batch_started = now

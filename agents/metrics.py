@@ -66,6 +66,10 @@ class WorkerMetrics:
         self.batch_retries = Counter("lockstep_ingest_batch_retries_total",
                                      "Ingest batches that raised and were retried message by message",
                                      ["topic"], registry=r)
+        self.lane_records = Counter(
+            "lockstep_ingest_lane_records_total", "Telemetry records put through the ingest lane (agents.lane): "
+            "taken by the ingest agent, or dropped as stale around a rebalance (Faust delivers them again from the "
+            "group's commit)", ["outcome"], registry=r)
         self.stalls = Counter("lockstep_partition_stalls_total",
                               "Input partitions found not delivering with records waiting, resumed and re-read",
                               ["topic"], registry=r)

@@ -45,6 +45,8 @@ class LockstepApp(faust.App):
     lockstep_fetch_max_wait_ms: int | None = None
     #: (settings, bootstrap) of the side consumer that checks table recovery's end offsets (agents.transport)
     lockstep_end_probe: tuple[LockstepSettings, str] | None = None
+    #: the ingest agent's records a fetch at a time (agents.lane), read by agents.transport; None: Faust's path
+    lockstep_lane: Any = None
     lockstep_state: WorkerState
     lockstep_metrics: WorkerMetrics
     lockstep_runtime: Runtime

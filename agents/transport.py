@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Collection, Coroutine, Mapping
 from time import monotonic
 from typing import Any, TypeVar, cast
@@ -158,11 +159,46 @@ class LockstepConsumer(faust_aiokafka.Consumer):
                 acked[:] = sorted(unique)
         return super()._new_offset(tp)
 
+    def ack_offsets(self, tp: Any, offsets: list[int]) -> None:
+        """Acknowledge ``offsets`` of ``tp`` (records taken from the ingest lane, agents.lane) as
+        ``Consumer.ack`` acknowledges a message each, in one step under the same lock."""
+        from faust.types.tuples import ack_lock
+        from mode.utils.futures import notify
+
+        if not self.app.topics.acks_enabled_for(tp.topic):
+            return
+        with ack_lock:
+            committed = self._committed_offset[tp]
+            index = self._acked_index[tp]
+            acked = self._acked[tp]
+            n = 0
+            for offset in offsets:
+                if (committed is None or offset >= committed) and offset not in index:
+                    index.add(offset)
+                    acked.append(offset)
+                    n += 1
+            self._n_acked += n
+            notify(self._waiting_for_ack)
+
+    async def wait_empty(self) -> None:
+        """Faust's, after the ingest lane's batch in processing (if any) is done: a rebalance or a stop
+        commits what it acknowledged, never less."""
+        lane = getattr(self.app, "lockstep_lane", None)
+        # as Faust's own wait for unacknowledged messages: not once the consumer is stopping
+        while lane is not None and not lane.idle() and not self.should_stop:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(lane.wait_idle(), 1.0)
+        await super().wait_empty()
+
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover (every broker test runs it)
-        """Faust's ``Consumer._drain_messages`` (faust-streaming 0.15) with the hand-over run inline."""
+        """Faust's ``Consumer._drain_messages`` (faust-streaming 0.15) with the hand-over run inline, and
+        the ingest lane's topics handed over a fetch at a time (:meth:`_hand_over_fetch`)."""
         from faust.transport.consumer import CONSUMER_FETCHING
         from mode import Service
 
+        lane = getattr(self.app, "lockstep_lane", None)
+        if lane is not None:
+            lane.acker = self
         callback = self.callback
         getmany = self.getmany
         consumer_should_stop = cast(Service, self)._stopped.is_set
@@ -177,39 +213,48 @@ class LockstepConsumer(faust_aiokafka.Consumer):
         yield_every = 100
         num_since_yield = 0
         sleep = asyncio.sleep
+
+        async def hand_over(tp: Any, message: Any) -> None:
+            """One message to Faust's conductor, as Faust's loop does, the hand-over run inline."""
+            nonlocal num_since_yield
+            num_since_yield += 1
+            if num_since_yield > yield_every:
+                await sleep(0)
+                num_since_yield = 0
+            offset = message.offset
+            r_offset = get_read_offset(tp)
+            if r_offset is None or offset >= r_offset:
+                gap = offset - (r_offset or 0)
+                if gap > 1 and r_offset and acks_enabled_for(message.topic):
+                    await self._add_gap(tp, r_offset + 1, offset)
+                if commit_every is not None and self._n_acked >= commit_every:
+                    self._n_acked = 0
+                    await self.commit()
+                handover = cast(Coroutine[Any, Any, Any], callback(message))
+                if suspend_flow.is_set() or not asyncio.iscoroutine(handover):
+                    # Flow is suspended: as Faust does, race the hand-over against it.
+                    await self.wait_first(handover, suspend_flow.wait())
+                else:
+                    try:
+                        yielded = handover.send(None)
+                    except StopIteration:
+                        pass  # handed over without suspending: nothing could interleave
+                    else:
+                        await self.wait_first(finish(handover, yielded), suspend_flow.wait())
+                set_read_offset(tp, offset)
+
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 set_flag(CONSUMER_FETCHING)
-                ait = getmany(timeout=1.0)
-                await self.sleep(0)
-                if not self.should_stop:
-                    async for tp, message in ait:
-                        num_since_yield += 1
-                        if num_since_yield > yield_every:
-                            await sleep(0)
-                            num_since_yield = 0
-                        offset = message.offset
-                        r_offset = get_read_offset(tp)
-                        if r_offset is None or offset >= r_offset:
-                            gap = offset - (r_offset or 0)
-                            if gap > 1 and r_offset and acks_enabled_for(message.topic):
-                                await self._add_gap(tp, r_offset + 1, offset)
-                            if commit_every is not None and self._n_acked >= commit_every:
-                                self._n_acked = 0
-                                await self.commit()
-                            handover = cast(Coroutine[Any, Any, Any], callback(message))
-                            if suspend_flow.is_set() or not asyncio.iscoroutine(handover):
-                                # Flow is suspended: as Faust does, race the hand-over against it.
-                                await self.wait_first(handover, suspend_flow.wait())
-                            else:
-                                try:
-                                    yielded = handover.send(None)
-                                except StopIteration:
-                                    pass  # handed over without suspending: nothing could interleave
-                                else:
-                                    await self.wait_first(finish(handover, yielded), suspend_flow.wait())
-                            set_read_offset(tp, offset)
-                    unset_flag(CONSUMER_FETCHING)
+                if lane is None:
+                    ait = getmany(timeout=1.0)
+                    await self.sleep(0)
+                    if not self.should_stop:
+                        async for tp, message in ait:
+                            await hand_over(tp, message)
+                else:
+                    await self._hand_over_fetch(lane, hand_over)
+                unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
                 self.log.info("Broker stopped consumer, shutting down...")
@@ -225,6 +270,64 @@ class LockstepConsumer(faust_aiokafka.Consumer):
             raise
         finally:
             unset_flag(CONSUMER_FETCHING)
+
+    async def _hand_over_fetch(self, lane: Any, hand_over: Any) -> None:  # pragma: no cover (broker tests run it)
+        """One fetch, as Faust's ``Consumer.getmany`` takes it (flow, generation, active partitions, a seek
+        back to the committed offsets while flow is suspended), with the records of the lane's topics put
+        in the lane a partition at a time and the others handed to Faust's conductor one by one (in
+        Faust's round-robin order). Read offsets and gaps are kept as Faust keeps them per message."""
+        records, active = await self._wait_next_records(1.0)
+        await self.sleep(0)
+        if records is None or self.should_stop:
+            return
+        if not self.flow_active:
+            try:
+                await self.perform_seek()
+            except Exception as ex:
+                self.log.warning(f"exception performing seek when flow not active {ex}")
+            return
+        app = self.app
+        generation = app.consumer_generation_id
+        read_offset = self._read_offset
+        acks_enabled_for = app.topics.acks_enabled_for
+        others: dict[Any, list[Any]] = {}
+        for tp, recs in records.items():
+            if not self.flow_active or app.consumer_generation_id != generation:
+                return
+            if not (active is None or tp in active or tp in self._buffered_partitions):
+                continue
+            if tp.topic not in lane.topics:
+                others[tp] = recs
+                continue
+            app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+            r_offset = read_offset[tp]
+            kept = []
+            for rec in recs:
+                offset = rec.offset
+                if r_offset is None or offset >= r_offset:
+                    gap = offset - (r_offset or 0)
+                    if gap > 1 and r_offset and acks_enabled_for(tp.topic):
+                        await self._add_gap(tp, r_offset + 1, offset)
+                    kept.append(rec)
+                    r_offset = offset
+            if not kept:
+                continue
+            if lane.full():  # backpressure: wait for the ingest agent (or a rebalance)
+                await self.wait_first(lane.wait_room(), self.suspend_flow.wait())
+                if not self.flow_active or app.consumer_generation_id != generation:
+                    return
+            lane.put(tp, kept, generation)
+            read_offset[tp] = r_offset
+            if self._commit_every is not None and self._n_acked >= self._commit_every:
+                self._n_acked = 0
+                await self.commit()
+        if others:
+            to_message = self._to_message
+            for tp, record in self.scheduler.iterate(others):
+                if not self.flow_active or app.consumer_generation_id != generation:
+                    return
+                app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                await hand_over(tp, to_message(tp, record))
 
 
 class Transport(faust_aiokafka.Transport):

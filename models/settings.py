@@ -144,6 +144,10 @@ class LockstepSettings(BaseSettings):
         default=4000, ge=1, le=100_000, description="Most messages (all input partitions) the ingest agent "
         "processes as one batch"
     )
+    ingest_lane: bool = Field(
+        default=True, description="Telemetry records go from the consumer's fetch loop to the ingest agent a "
+        "fetch at a time (agents.lane), not through Faust's per-message hand-over; off only to compare the two"
+    )
     ingest_batch_within_s: float = Field(
         default=0.2, gt=0, le=5, description="Cadence of the ingest agent's batches (wall seconds "
         "from one batch to the next; a batch that took longer is followed at once by what queued up); shorter "

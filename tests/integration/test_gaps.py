@@ -108,13 +108,15 @@ def test_a_hole_in_the_offsets_handed_to_ingest_is_read_from_the_broker_in_order
     async def figures(worker: Worker) -> dict[str, float]:
         return {name: counter(worker, name, topic=topic) for name in
                 ("lockstep_samples_in_total", "lockstep_out_of_order_total", "lockstep_messages_in_total")} | {
-            "filled": counter(worker, "lockstep_input_gaps_total", topic=topic, outcome="filled")}
+            "filled": counter(worker, "lockstep_input_gaps_total", topic=topic, outcome="filled"),
+            "lane": counter(worker, "lockstep_ingest_lane_records_total", outcome="taken")}
 
     got, commit = asyncio.run(with_hole(settings, topic, scrape, last, figures))
     assert got["lockstep_samples_in_total"] == 30 * 4  # every sample, the hole's included
     assert got["lockstep_messages_in_total"] == 30
     assert got["lockstep_out_of_order_total"] == 0  # the hole was processed before offsets 20..29
     assert got["filled"] == 1
+    assert got["lane"] == 20  # offsets 0..9 and 20..29 came a fetch at a time (agents.lane), the hole around it
     assert commit == 30  # the hole was acknowledged: the group commit passed it
 
 

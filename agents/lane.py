@@ -1,0 +1,199 @@
+"""The ingest lane: telemetry records handed from the consumer's fetch loop to the ingest agent a fetch at a time.
+
+Faust hands every record to an agent on its own: a ``Message`` and an ``Event`` object, the conductor's
+callback, a queue put and get, the stream's processors and an ack under a lock, each with its sensors.
+Measured on the bench's batched backlog (28 samples a message): about 55 us a message, a quarter of a
+live worker's CPU (py-spy, docs/performance.md), while the ingest agent wants whole batches anyway.
+
+With a lane, :meth:`agents.transport.LockstepConsumer._drain_messages` puts each fetch's records of the
+lane's topics here as one list per partition (:meth:`BatchLane.put`, no await); the ingest agent takes
+batches on its cadence (:meth:`BatchLane.batches`, the rule of :func:`agents.batching.batch_due`) and the
+lane acknowledges a batch's offsets to Faust in bulk once the agent asks for the next one
+(:meth:`agents.transport.LockstepConsumer.ack_offsets`). Everything Faust decides stays Faust's: the
+subscription and assignment (the ingest agent still subscribes to the topics), read offsets and gaps,
+commits, pauses, seeks. Faust's guarantees around a rebalance are kept the way a stream keeps them:
+
+- records handed over and not yet taken are dropped when Faust clears its agents' queues
+  (``flow_control.clear()``: the lane is one of the queues it manages) and when taken while flow is
+  suspended or from an older consumer generation; Faust seeks back to the committed offsets, so they
+  come again;
+- a batch being processed is waited for before Faust commits for a rebalance or a stop
+  (``Consumer.wait_empty``: :meth:`BatchLane.wait_idle`);
+- a batch is acknowledged only when the agent comes back for the next one: one that raised or was
+  cancelled is not (at least once; the partition pipelines skip what they already hold).
+
+Backpressure: :meth:`BatchLane.full` past ``capacity`` messages; the fetch loop then waits for room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable, Collection
+from typing import Any, Protocol
+
+from faust.types import TP
+
+log = logging.getLogger("lockstep.agents")
+
+
+class Acker(Protocol):
+    def ack_offsets(self, tp: Any, offsets: list[int]) -> None: ...
+
+
+class Delivered:
+    """One record taken from the lane, shaped as the ingest agent reads a Faust event (``.message``,
+    ``.value``; time in seconds)."""
+
+    __slots__ = ("key", "offset", "partition", "timestamp", "topic", "value")
+
+    def __init__(self, topic: str, partition: int, offset: int, timestamp: float | None, key: bytes | None,
+                 value: bytes | None) -> None:
+        self.topic, self.partition, self.offset = topic, partition, offset
+        self.timestamp, self.key, self.value = timestamp, key, value
+
+    @property
+    def message(self) -> Delivered:
+        return self
+
+    @classmethod
+    def of(cls, record: Any) -> Delivered:
+        """From an aiokafka ``ConsumerRecord`` (its time in milliseconds)."""
+        ts = record.timestamp
+        return cls(record.topic, record.partition, record.offset, None if ts is None else ts / 1000.0, record.key,
+                   record.value)
+
+
+class BatchLane:
+    """Records of ``topics`` between the consumer's fetch loop and one taker (the ingest agent).
+
+    ``is_active``: whether Faust's flow is active (``app.flow_control.is_active``); ``generation``: the
+    consumer generation now (``app.consumer_generation_id``). Both are read when a batch is taken.
+    """
+
+    def __init__(self, topics: Collection[str], capacity: int, is_active: Callable[[], bool],
+                 generation: Callable[[], int], counted: Callable[[str, int], None] | None = None) -> None:
+        self.topics = frozenset(topics)
+        self.capacity = capacity
+        self.is_active = is_active
+        self.generation = generation
+        self.acker: Acker | None = None  # set by the consumer when its fetch loop starts
+        self._pending: list[tuple[Any, list[Delivered], int]] = []  # (tp, records in offset order, generation)
+        self._count = 0
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.dropped = 0  # records handed over and dropped (a rebalance): Faust delivers them again
+        self.counted = counted  # (outcome "taken" or "dropped", records): the worker's metric
+
+    # -- the fetch loop's side -------------------------------------------------------------------
+    def put(self, tp: Any, records: list[Any], generation: int) -> None:
+        """One partition's records of a fetch (aiokafka records, offset order), fetched in ``generation``."""
+        self._pending.append((tp, [Delivered.of(r) for r in records], generation))
+        self._count += len(records)
+        self._arrived.set()
+        if self._count >= self.capacity:
+            self._room.clear()
+
+    def full(self) -> bool:
+        return self._count >= self.capacity
+
+    async def wait_room(self) -> None:
+        await self._room.wait()
+
+    def clear(self) -> None:
+        """Drop what was handed over and not taken (Faust's ``flow_control.clear()`` on a rebalance)."""
+        if self._count:
+            log.info("ingest lane: %d records handed over and not yet taken dropped for the rebalance; Faust "
+                     "delivers them again from the group's commit", self._count)
+        self._dropped(self._count)
+        self._pending.clear()
+        self._count = 0
+        self._room.set()
+
+    def __len__(self) -> int:
+        return self._count
+
+    # -- Faust's side of a rebalance or a stop ---------------------------------------------------------
+    def idle(self) -> bool:
+        return self._idle.is_set()
+
+    async def wait_idle(self) -> None:
+        """Until no batch is being processed (one taken and not yet acknowledged or abandoned)."""
+        await self._idle.wait()
+
+    # -- the taker's side ---------------------------------------------------------------------------------
+    def _take(self, max_: int) -> list[Delivered]:
+        """Up to ``max_`` records, whole partition chunks in hand-over order, the last one split if need be;
+        chunks of an older generation, or everything while flow is suspended, are dropped."""
+        active, now = self.is_active(), self.generation()
+        taken: list[Delivered] = []
+        while self._pending and len(taken) < max_:
+            tp, records, generation = self._pending[0]
+            if not active or generation != now:
+                self._pending.pop(0)
+                self._count -= len(records)
+                self._dropped(len(records))
+                continue
+            room = max_ - len(taken)
+            if len(records) <= room:
+                self._pending.pop(0)
+                taken += records
+            else:
+                taken += records[:room]
+                self._pending[0] = (tp, records[room:], generation)
+            self._count -= min(len(records), room)
+        if self._count < self.capacity:
+            self._room.set()
+        if taken and self.counted is not None:
+            self.counted("taken", len(taken))
+        return taken
+
+    def _dropped(self, n: int) -> None:
+        if n:
+            self.dropped += n
+            if self.counted is not None:
+                self.counted("dropped", n)
+
+    async def batches(self, max_: int, within: float,
+                      clock: Callable[[], float] = time.monotonic) -> AsyncGenerator[list[Delivered], None]:
+        """Batches of up to ``max_`` records, closed as :func:`agents.batching.batch_due` closes them
+        (``within`` a cadence from the previous hand-over; nothing is queued behind the lane, so a due
+        batch closes at once). A batch's offsets are acknowledged when the caller asks for the next."""
+        from agents.batching import batch_due
+
+        opened = clock()
+        while True:
+            if not self._count:
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            while not batch_due(clock(), opened, within, self._count, False, max_):
+                self._arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), max(opened + within - clock(), 0.0))
+            batch = self._take(max_)
+            if not batch:
+                continue
+            opened = clock()
+            self._idle.clear()
+            try:
+                yield batch
+                self.ack(batch)
+            finally:
+                self._idle.set()
+
+    def ack(self, batch: list[Delivered]) -> None:
+        """Acknowledge a handled batch's offsets to the consumer, a partition at a time."""
+        acker = self.acker
+        if acker is None:
+            return
+        by_tp: dict[tuple[str, int], list[int]] = {}
+        for d in batch:
+            by_tp.setdefault((d.topic, d.partition), []).append(d.offset)
+        for (topic, partition), offsets in by_tp.items():
+            acker.ack_offsets(TP(topic, partition), offsets)
