@@ -77,9 +77,17 @@ class Ingest:
         ingest_batch_messages (all partitions), every ingest_batch_within_s, or at once with what queued
         up while a longer batch was handled (agents.batching). On a broker the records come through the
         ingest lane a fetch at a time (agents.lane); in Faust's test context, through the agent's stream."""
-        settings, state = self.rt.settings, self.state
+        settings = self.rt.settings
         batches = take_batches(stream, settings.ingest_batch_messages, settings.ingest_batch_within_s) \
             if self.lane is None else self.lane.batches(settings.ingest_batch_messages, settings.ingest_batch_within_s)
+        try:
+            await self._run(batches)
+        finally:
+            if self.lane is not None:
+                self.lane.abandon()  # a stopped agent holds no batch: a stop or rebalance need not wait for it
+
+    async def _run(self, batches: Any) -> None:
+        state = self.state
         async for events in batches:
             groups: dict[tuple[str, int], list[Any]] = {}
             now = time.monotonic()

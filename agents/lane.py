@@ -122,6 +122,12 @@ class BatchLane:
     def idle(self) -> bool:
         return self._idle.is_set()
 
+    def abandon(self) -> None:
+        """The taker stopped (its task cancelled or ended) with a batch unacknowledged: nothing is in processing
+        any more. An async generator's ``finally`` runs only when it is closed, not when the task iterating
+        it is cancelled, so the taker says so itself."""
+        self._idle.set()
+
     async def wait_idle(self) -> None:
         """Until no batch is being processed (one taken and not yet acknowledged or abandoned)."""
         await self._idle.wait()

@@ -55,6 +55,10 @@ def assigned_offsets(offsets: Mapping[K, int], assignment: Collection[K]) -> dic
     return {tp: offset for tp, offset in offsets.items() if tp in assignment}
 
 
+#: Longest a rebalance waits for the ingest lane's batch in processing before committing what was acknowledged.
+LANE_IDLE_WAIT_S = 30.0
+
+
 class FetchTunedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
@@ -184,10 +188,16 @@ class LockstepConsumer(faust_aiokafka.Consumer):
         """Faust's, after the ingest lane's batch in processing (if any) is done: a rebalance or a stop
         commits what it acknowledged, never less."""
         lane = getattr(self.app, "lockstep_lane", None)
-        # as Faust's own wait for unacknowledged messages: not once the consumer is stopping
-        while lane is not None and not lane.idle() and not self.should_stop:
+        # Only for a rebalance, and bounded: a stop commits what was acknowledged (the batch in processing
+        # is read again by the next owner; acknowledgements come only after a batch is handled), and a batch
+        # that cannot finish (its agent stopped or stuck) must not hold a stop or a rebalance for ever.
+        deadline = monotonic() + LANE_IDLE_WAIT_S
+        while (lane is not None and not lane.idle() and not self.should_stop and not self.app.should_stop
+               and monotonic() < deadline):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(lane.wait_idle(), 1.0)
+        if lane is not None and not lane.idle():
+            self.log.warning("ingest lane: a batch still in processing; committing what was acknowledged")
         await super().wait_empty()
 
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover (every broker test runs it)

@@ -7,6 +7,7 @@ tests' (tests/faults/test_worker_faults.py), which compare what reached the topi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,3 +194,27 @@ def test_the_consumer_acks_offsets_as_faust_acks_messages_and_commits_the_run() 
     consumer.ack_offsets(PART, [7, 8])  # acknowledged twice: once
     assert consumer._acked[PART] == [5, 6, 7, 8] and consumer._n_acked == 4
     assert commits(consumer, 2) == [9, None]
+
+
+def test_a_cancelled_taker_leaves_the_lane_busy_until_it_says_it_abandoned_the_batch() -> None:
+    lane, _, acks = lane_of()
+    lane.put(TP("t", 0), recs(0, range(2)), 1)
+    handling = asyncio.Event()
+
+    async def taker() -> None:
+        async for _ in lane.batches(10, within=0.0):
+            handling.set()
+            await asyncio.Event().wait()  # stuck in the batch
+
+    async def go() -> tuple[bool, bool]:
+        task = asyncio.ensure_future(taker())
+        await handling.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        busy = not lane.idle()  # the generator is not closed by the cancellation: its finally has not run
+        lane.abandon()  # what agents.ingest does when its agent stops
+        return busy, lane.idle()
+
+    assert run(go()) == (True, True)
+    assert acks.acked == []
