@@ -4,14 +4,24 @@ A message carries one sample (a JSON object), a batch (a JSON array) or ``{"samp
 Validation applies exactly the rules of :class:`models.samples.TelemetrySample` (a differential test
 keeps them equal) and returns the good samples as plain tuples plus one rejection per bad record.
 Nothing here raises on bad input: bad input is data.
+
+Two decoders share this contract. :func:`decode_rows` is the hot path: msgspec decodes a message that
+is a JSON array of sample objects straight into typed :class:`Row` structs (types checked in C, the
+labels kept as their raw JSON bytes), or says ``None`` when the message is anything else; the caller
+then takes the general path, :func:`decode_records` (orjson) and :func:`validate_record`, which gives
+every record its own reason. The fast path never accepts what the general path would refuse: it
+only types what both agree on (numbers for ``ts``, ``value`` and ``ingest_ts``, strings for the
+names, ``kind`` one of the two), and the range checks and the labels are the caller's (the pipeline's
+validate stage looks the raw labels up among series the general path validated).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
+import msgspec
 import orjson
 
 from models.samples import (
@@ -43,6 +53,55 @@ class Sample(NamedTuple):
     labels: dict[str, str]
     kind: str | None
     ingest_ts: float | None
+
+
+class Row(msgspec.Struct, gc=False):
+    """One sample as the fast path decodes it: typed, its labels the raw JSON text of the object.
+
+    Not tracked by the cyclic garbage collector (``gc=False``: a row holds no containers), so a batch
+    of decoded rows costs the collector nothing. ``labels`` is whatever JSON value the record had
+    (raw bytes; ``{}`` when absent): an object of strings only once the caller found it among the
+    validated series' labels.
+    """
+
+    ts: float
+    layer: str
+    source: str
+    metric: str
+    value: float
+    labels: msgspec.Raw = msgspec.Raw(b"{}")
+    kind: Literal["gauge", "counter"] | None = None
+    ingest_ts: float | None = None
+
+
+_ROWS = msgspec.json.Decoder(list[Row])
+
+
+def decode_rows(raw: bytes) -> list[Row] | None:
+    """The message's samples as typed rows, or None: not a plain non-empty array of well-typed sample
+    objects within the size limits (a control, a ``{"samples": ...}`` document, a timestamp as text, a
+    value that is not a number, ...), which the general path (:func:`decode_records`) then decides.
+
+    Duplicate keys in a record resolve as orjson resolves them (the last one), and numbers are read
+    to the same doubles, so a row holds what the general path would have read.
+
+    >>> rows = decode_rows(b'[{"ts": 1764502930, "layer": "gpu", "source": "n1", "metric": "m", "value": 1,'
+    ...                    b' "labels": {"gpu": "0"}}]')
+    >>> rows[0].ts, rows[0].value, bytes(rows[0].labels), rows[0].kind
+    (1764502930.0, 1.0, b'{"gpu": "0"}', None)
+    >>> decode_rows(b'[{"ts": "2026-12-01T00:00:00Z", "layer": "gpu", "source": "n1", "metric": "m", "value": 1}]')
+    >>> decode_rows(b'{"lockstep_control": "eos"}'), decode_rows(b"[]"), decode_rows(b"not json")
+    (None, None, None)
+    """
+    if not raw or len(raw) > MAX_MESSAGE_BYTES:
+        return None
+    try:
+        rows = _ROWS.decode(raw)
+    except msgspec.MsgspecError:
+        return None
+    if not rows or len(rows) > MAX_BATCH_SAMPLES:
+        return None
+    return rows
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ source), with the ids of evicted series reused from a clean state.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -171,6 +172,11 @@ class PartitionPipeline:
         #: The NIC and switch-port rollup of this partition, published as summaries for every read model
         #: (streams.fabric_publish); None: the fabric report is off.
         self.fabric = PartitionFabric(fabric, fabric_interval_s) if fabric is not None else None
+        #: The validate stage's index of typed rows (:class:`streams.ingest.Row`): (layer, source, the
+        #: labels' raw JSON bytes) -> metric -> series id, for series the registry holds (a series' metrics
+        #: share one entry: half the memory of one key per series). Not state: rebuilt from the registry
+        #: as rows come (:meth:`index_row`), emptied when series are evicted.
+        self.row_ids: dict[tuple[str, str, bytes], dict[str, int]] = {}
 
     # -- series bookkeeping -------------------------------------------------------------------
     def register_new(self, out: PipelineOutput | None) -> None:
@@ -209,6 +215,16 @@ class PartitionPipeline:
         if self.fabric is not None:
             self.fabric.register(added, reg.meta)
 
+    def index_row(self, sid: int, labels_raw: bytes) -> None:
+        """Let typed rows of series ``sid`` whose labels are the JSON text ``labels_raw`` find it (the
+        validate stage found those labels to be the series'). The keys hold the registry's own strings."""
+        key = self.registry.keys[sid]
+        assert key is not None
+        metrics = self.row_ids.get((key[0], key[1], labels_raw))
+        if metrics is None:
+            metrics = self.row_ids[(key[0], key[1], labels_raw)] = {}
+        metrics[key[2]] = sid
+
     def _sweep(self, out: PipelineOutput, refused: bool, messages: Sequence[tuple[bytes, Origin]]) -> None:
         """Evict the series without a sample for ``limits.idle_s`` of the partition's event time.
 
@@ -246,6 +262,8 @@ class PartitionPipeline:
         back to what a new series starts from, their ids free for reuse. A source left without series
         gives up its code and, unless its clock is flagged as skewed, its clock statistics."""
         gone = self.registry.evict(sids)
+        # An evicted id is reused by the next new series: no row may find it under its old labels.
+        self.row_ids = {}
         self.rates.clear(sids)
         self.detector.clear(sids)
         self._lane[sids] = -1
@@ -366,6 +384,7 @@ class PartitionPipeline:
     def restore(self, blob: bytes) -> None:
         arrays, meta = unpack(blob)
         self.registry = SeriesRegistry.restore(meta["series"], self.config.limits)
+        self.row_ids = {}
         if arrays["rates.last_ts"].shape[0] != self.registry.size:
             raise ValueError("snapshot: the state arrays and the series registry differ in size")
         self.rates = CounterRates()
@@ -402,6 +421,8 @@ class PartitionPipeline:
         parts["registry"] = float(self.registry.nbytes())
         parts["lanes"] = float(self._lane.nbytes + self._jobset.nbytes + self._jobset_version.nbytes
                                + self._src_code.nbytes)
+        parts["row_index"] = float(sys.getsizeof(self.row_ids) + sum(
+            sys.getsizeof(k) + sys.getsizeof(k[2]) + sys.getsizeof(m) for k, m in self.row_ids.items()))
         parts["per_series"] = sum(parts.values()) / n
         return parts
 

@@ -177,7 +177,7 @@ class Round:
 class Batch:
     """What the stages of one ``process_many`` call share, filled in stage by stage.
 
-    - decode: ``decoded``, one entry per message (lazily, as validate reads them): its records, its
+    - decode: ``decoded``, one entry per message (lazily, as validate reads them): its typed rows or records, its
       dead letter, or None (a control message);
     - validate: the valid samples as parallel lists (``ids_l``..``msg_l``, ``msg_l`` the message index)
       and ``refused``, whether a series cap refused any;
@@ -189,7 +189,7 @@ class Batch:
     part: PartitionPipeline
     messages: Sequence[tuple[bytes, Origin]]
     out: PipelineOutput
-    decoded: Iterable[list[Any] | DeadLetterOut | None] = ()
+    decoded: Iterable[list[Any] | DeadLetterOut | None] = ()  # list[Any]: records or typed rows
     ids_l: list[int] = field(default_factory=list)
     ts_l: list[float] = field(default_factory=list)
     val_l: list[float] = field(default_factory=list)

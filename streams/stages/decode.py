@@ -1,8 +1,10 @@
-"""``decode``: each message's bytes to its list of records.
+"""``decode``: each message's bytes to its samples.
 
-A message that is not JSON, is empty (a tombstone) or too big is refused here (``DecodeFailed``,
-stage ``decode``); one that decodes but is not a batch of samples (an object without ``layer``, an
-unknown control) is refused as ``validate``, as it always was. A control message (``eos``) sets
+A message that is a plain array of well-typed sample objects is decoded by the fast path
+(:func:`streams.ingest.decode_rows`: typed rows, no dict per record); any other message by the general
+path (:func:`decode_message`), which refuses what is not JSON, is empty (a tombstone) or too big
+(``DecodeFailed``, stage ``decode``), and what decodes but is not a batch of samples (an object without
+``layer``, an unknown control) as ``validate``, as it always was. A control message (``eos``) sets
 ``out.control`` and carries no records.
 
 Decoding is lazy: :meth:`Decode.run` hands the validate stage an iterator, and each message is
@@ -18,8 +20,26 @@ from collections.abc import Iterator
 from typing import Any
 
 from models.errors import DecodeFailed
-from streams.ingest import Rejection, decode_records
-from streams.stages.base import Batch, DeadLetterOut
+from streams.ingest import Rejection, Row, decode_records, decode_rows
+from streams.stages.base import Batch, DeadLetterOut, Origin, PipelineOutput
+
+#: What the validate stage gets per message: typed rows (the fast path), records (the general path),
+#: the message's dead letter, or None (a control message).
+Decoded = list[Row] | list[Any] | DeadLetterOut | None
+
+
+def decode_message(raw: bytes, origin: Origin, out: PipelineOutput) -> list[Any] | DeadLetterOut | None:
+    """The general path for one message: its records (orjson), its dead letter, or None (a control
+    message, recorded in ``out.control``)."""
+    records, rejection, control = decode_records(raw)
+    if control is not None:
+        out.control = control
+        return None
+    if rejection is not None or records is None:
+        rej = rejection or Rejection(None, "empty message")
+        stage = Decode.name if rej.error == DecodeFailed.__name__ else "validate"
+        return DeadLetterOut(stage, rej.reason, rej.error, None, raw, origin)
+    return records
 
 
 class Decode:
@@ -28,22 +48,14 @@ class Decode:
     def run(self, batch: Batch) -> None:
         batch.decoded = self._decoded(batch) if batch.timer is None else self._timed(batch)
 
-    def _decoded(self, batch: Batch) -> Iterator[list[Any] | DeadLetterOut | None]:
-        """Per message: its records, its dead letter, or None (a control message)."""
+    def _decoded(self, batch: Batch) -> Iterator[Decoded]:
+        """Per message: its rows or records, its dead letter, or None (a control message)."""
         out = batch.out
         for raw, origin in batch.messages:
-            records, rejection, control = decode_records(raw)
-            if control is not None:
-                out.control = control
-                yield None
-            elif rejection is not None or records is None:
-                rej = rejection or Rejection(None, "empty message")
-                stage = self.name if rej.error == DecodeFailed.__name__ else "validate"
-                yield DeadLetterOut(stage, rej.reason, rej.error, None, raw, origin)
-            else:
-                yield records
+            rows = decode_rows(raw)
+            yield rows if rows is not None else decode_message(raw, origin, out)
 
-    def _timed(self, batch: Batch) -> Iterator[list[Any] | DeadLetterOut | None]:
+    def _timed(self, batch: Batch) -> Iterator[Decoded]:
         timer = batch.timer
         assert timer is not None
         items = self._decoded(batch)

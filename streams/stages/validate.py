@@ -1,24 +1,36 @@
 """``validate``: each decoded record to a sample of a known series, or a dead letter.
 
-A record of a series already held takes the fast path: its key (and so its labels) was validated
-when the series was first seen, so only its time, value, kind and ``ingest_ts`` are checked here;
-anything else goes through :func:`streams.ingest.validate_record` and is admitted to the series
-registry. A sample of a new series that a series cap refuses is dropped and counted
-(``out.refused``); each message with such samples gives one ``SeriesLimitExceeded`` dead letter
-with the count, and its other samples go on. Dead letters keep message order (a message's
-``decode`` refusal among the ``validate`` ones of the others).
+Typed rows (the decode stage's fast path, :class:`streams.ingest.Row`) of series already held take the
+fastest path: each row's series is found by its raw key (layer, source, the labels' JSON bytes, then the
+metric: :attr:`PartitionPipeline.row_ids`), and the message's times and values are checked at once.
+A row's raw key is indexed the first time its labels are found among the series the general path
+validated, so every row of such a message was validated as a record once. A message with a row of a
+series not held yet, or any value the checks refuse, goes through the general path instead, as if the
+fast path had not looked at it.
+
+The general path: a record of a series already held takes the record fast path: its key (and so its
+labels) was validated when the series was first seen, so only its time, value, kind and ``ingest_ts``
+are checked here; anything else goes through :func:`streams.ingest.validate_record` and is admitted to
+the series registry. A sample of a new series that a series cap refuses is dropped and counted
+(``out.refused``); each message with such samples gives one ``SeriesLimitExceeded`` dead letter with the
+count, and its other samples go on. Dead letters keep message order (a message's ``decode`` refusal
+among the ``validate`` ones of the others).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import orjson
 
 from models.errors import SeriesLimitExceeded, ValidationFailed
 from models.samples import MAX_ABS_VALUE
 from models.timeutil import MAX_TS, MIN_TS
-from streams.ingest import validate_record
-from streams.series import REFUSED_PARTITION
+from streams.ingest import Row, validate_record
+from streams.series import REFUSED_PARTITION, raw_key
 from streams.stages.base import Batch, DeadLetterOut
+from streams.stages.decode import decode_message
 
 _NO_LABELS: dict[str, str] = {}
 
@@ -27,13 +39,9 @@ class Validate:
     name = "validate"
 
     def run(self, batch: Batch) -> None:
-        part, out, messages = batch.part, batch.out, batch.messages
-        reg = part.registry
-        known = reg.raw_ids
-        ids_l, ts_l, val_l, ing_l, msg_l = batch.ids_l, batch.ts_l, batch.val_l, batch.ing_l, batch.msg_l
+        part, out = batch.part, batch.out
         #: message -> [first refused record, refused by the partition cap, by the source cap]
         refusals: dict[int, list[int]] = {}
-        nan = math.nan
         for m, records in enumerate(batch.decoded):
             if records is None:
                 continue
@@ -41,55 +49,139 @@ class Validate:
                 out.dead_letters.append(records)
                 continue
             assert isinstance(records, list)
-            for i, rec in enumerate(records):
-                if type(rec) is dict:
-                    try:
-                        labels = rec.get("labels", _NO_LABELS)
-                        sid = known[(rec["layer"], rec["source"], rec["metric"], tuple(labels.items()))]
-                        ts = rec["ts"]
-                        value = rec["value"]
-                    except (KeyError, TypeError, AttributeError):
-                        sid = -1
-                    if sid >= 0:
-                        tt = type(ts)
-                        tv = type(value)
-                        if ((tt is float or tt is int) and MIN_TS <= ts < MAX_TS
-                                and (tv is float or tv is int) and -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE):
-                            kind = rec.get("kind")
-                            ingest = rec.get("ingest_ts")
-                            ti = type(ingest)
-                            if ((kind is None or kind == "gauge" or (kind == "counter" and value >= 0))
-                                    and (ingest is None or ((ti is float or ti is int) and MIN_TS <= ingest < MAX_TS))):
-                                ids_l.append(sid)
-                                ts_l.append(ts)
-                                val_l.append(value)
-                                ing_l.append(nan if ingest is None else ingest)
-                                msg_l.append(m)
-                                continue
-                try:
-                    s = validate_record(rec)
-                except ValueError as exc:
-                    raw, origin = messages[m]
-                    out.dead_letters.append(DeadLetterOut(self.name, str(exc), ValidationFailed.__name__,
-                                                          f"samples[{i}]", raw, origin))
-                    out.rejected += 1
+            if records and type(records[0]) is Row:
+                if self._rows(batch, m, records):
                     continue
-                sid = reg.admit(s.layer, s.source, s.metric, s.labels, s.kind)
-                if sid < 0:
-                    refused = refusals.get(m)
-                    if refused is None:
-                        refused = refusals[m] = [i, 0, 0]
-                    refused[1 if sid == REFUSED_PARTITION else 2] += 1
+                raw, origin = batch.messages[m]
+                general = decode_message(raw, origin, out)
+                if general is None:
                     continue
-                ids_l.append(sid)
-                ts_l.append(s.ts)
-                val_l.append(s.value)
-                ing_l.append(nan if s.ingest_ts is None else s.ingest_ts)
-                msg_l.append(m)
+                if type(general) is DeadLetterOut:
+                    out.dead_letters.append(general)
+                    continue
+                assert isinstance(general, list)
+                records = general
+            self._records(batch, m, records, refusals)
         part.register_new(out)
         if refusals:
             batch.refused = True
             self._refused(batch, refusals)
+
+    def _rows(self, batch: Batch, m: int, rows: list[Row]) -> bool:
+        """Message ``m``'s typed rows as samples, if every row is of a series held and in range; False
+        (nothing added) sends the message down the general path."""
+        index = batch.part.row_ids
+        try:
+            sids = [index[(r.layer, r.source, bytes(r.labels))][r.metric] for r in rows]
+        except KeyError:
+            found = self._index_rows(batch, rows)
+            if found is None:
+                return False
+            sids = found
+        ts = [r.ts for r in rows]
+        values = [r.value for r in rows]
+        # JSON has no NaN and msgspec refuses a number beyond a double, so min and max see every value.
+        # The value bounds are exclusive here: a value on a bound (or an integer that rounds to one) is
+        # the general path's to judge exactly.
+        low = min(values)
+        if not (min(ts) >= MIN_TS and max(ts) < MAX_TS and low > -MAX_ABS_VALUE and max(values) < MAX_ABS_VALUE):
+            return False
+        if low < 0 and any(r.kind == "counter" and r.value < 0 for r in rows):
+            return False
+        n = len(rows)
+        ingest = [r.ingest_ts for r in rows]
+        if ingest.count(None) == n:
+            batch.ing_l.extend([math.nan] * n)
+        else:
+            present = [t for t in ingest if t is not None]
+            if not (min(present) >= MIN_TS and max(present) < MAX_TS):
+                return False
+            batch.ing_l.extend([math.nan if t is None else t for t in ingest])
+        batch.ids_l.extend(sids)
+        batch.ts_l.extend(ts)
+        batch.val_l.extend(values)
+        batch.msg_l.extend([m] * n)
+        return True
+
+    @staticmethod
+    def _index_rows(batch: Batch, rows: list[Row]) -> list[int] | None:
+        """The series ids of ``rows``, indexing the raw key of each row whose labels are those of a
+        series held; None when one is not (a new series, labels in an order not seen, or labels that are
+        not an object of strings): the general path validates and admits it."""
+        part = batch.part
+        reg = part.registry
+        index = part.row_ids
+        sids = []
+        for r in rows:
+            labels_raw = bytes(r.labels)
+            metrics = index.get((r.layer, r.source, labels_raw))
+            sid = None if metrics is None else metrics.get(r.metric)
+            if sid is None:
+                try:
+                    labels = orjson.loads(labels_raw)
+                except orjson.JSONDecodeError:
+                    return None
+                if type(labels) is not dict:
+                    return None
+                sid = reg.lookup_raw(raw_key(r.layer, r.source, r.metric, labels))
+                if sid < 0:
+                    return None
+                part.index_row(sid, labels_raw)
+            sids.append(sid)
+        return sids
+
+    def _records(self, batch: Batch, m: int, records: list[Any], refusals: dict[int, list[int]]) -> None:
+        """The general path for message ``m``'s decoded records."""
+        part, out = batch.part, batch.out
+        reg = part.registry
+        known = reg.raw_ids
+        ids_l, ts_l, val_l, ing_l, msg_l = batch.ids_l, batch.ts_l, batch.val_l, batch.ing_l, batch.msg_l
+        nan = math.nan
+        for i, rec in enumerate(records):
+            if type(rec) is dict:
+                try:
+                    labels = rec.get("labels", _NO_LABELS)
+                    sid = known[(rec["layer"], rec["source"], rec["metric"], tuple(labels.items()))]
+                    ts = rec["ts"]
+                    value = rec["value"]
+                except (KeyError, TypeError, AttributeError):
+                    sid = -1
+                if sid >= 0:
+                    tt = type(ts)
+                    tv = type(value)
+                    if ((tt is float or tt is int) and MIN_TS <= ts < MAX_TS
+                            and (tv is float or tv is int) and -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE):
+                        kind = rec.get("kind")
+                        ingest = rec.get("ingest_ts")
+                        ti = type(ingest)
+                        if ((kind is None or kind == "gauge" or (kind == "counter" and value >= 0))
+                                and (ingest is None or ((ti is float or ti is int) and MIN_TS <= ingest < MAX_TS))):
+                            ids_l.append(sid)
+                            ts_l.append(ts)
+                            val_l.append(value)
+                            ing_l.append(nan if ingest is None else ingest)
+                            msg_l.append(m)
+                            continue
+            try:
+                s = validate_record(rec)
+            except ValueError as exc:
+                raw, origin = batch.messages[m]
+                out.dead_letters.append(DeadLetterOut(self.name, str(exc), ValidationFailed.__name__,
+                                                      f"samples[{i}]", raw, origin))
+                out.rejected += 1
+                continue
+            sid = reg.admit(s.layer, s.source, s.metric, s.labels, s.kind)
+            if sid < 0:
+                refused = refusals.get(m)
+                if refused is None:
+                    refused = refusals[m] = [i, 0, 0]
+                refused[1 if sid == REFUSED_PARTITION else 2] += 1
+                continue
+            ids_l.append(sid)
+            ts_l.append(s.ts)
+            val_l.append(s.value)
+            ing_l.append(nan if s.ingest_ts is None else s.ingest_ts)
+            msg_l.append(m)
 
     def _refused(self, batch: Batch, refusals: dict[int, list[int]]) -> None:
         """One dead letter per message whose new series a cap refused, with how many samples and why."""
