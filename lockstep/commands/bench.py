@@ -317,9 +317,13 @@ def table(doc: dict[str, Any]) -> str:
     for target in ("10000", "100000"):
         if target in st:
             x = st[target]
-            rows.append(f"| state per series at {x['series']:,} series (arrays + registry / heap / snapshot) | "
-                        f"{x['arrays_and_registry_bytes_per_series']:,.0f} / {x['heap_bytes_per_series']:,.0f} / "
-                        f"{x['snapshot_bytes_per_series']:,.0f} B | - | - | - | <= 1.5 KB at 100k |")
+            index = x.get("parts_bytes", {}).get("row_index")
+            of_it = (f" (state {x['state_bytes_per_series']:,.0f} + row index {index:,.0f})"
+                     if index is not None and "state_bytes_per_series" in x else "")
+            rows.append(f"| state per series at {x['series']:,} series (arrays + registry + row index / heap / "
+                        f"snapshot) | {x['arrays_and_registry_bytes_per_series']:,.0f}{of_it} / "
+                        f"{x['heap_bytes_per_series']:,.0f} / {x['snapshot_bytes_per_series']:,.0f} B | - | - | - | "
+                        "<= 1.5 KB at 100k |")
         else:
             rows.append(f"| state per series at ~{int(target):,} series | {skipped} | - | - | - | <= 1.5 KB at 100k |")
     big = st.get("worker_100k")
