@@ -198,33 +198,41 @@ class DetectorBank:
     # -- scoring ------------------------------------------------------------------------------
     def _score(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, object, np.ndarray | None]:
-        """Scores, novelty, the scorer's evaluation and, where some row is not a plain level or rate,
-        the rows' modes (None: every row scores as the scorer says)."""
+        """Scores, novelty, the scorer's evaluation and, where some row is an event or a fault counter,
+        which rows one bad sample confirms (None: no row is such)."""
         cfg = self.config
         ev = self.scorer.evaluate(ids, ts, x)
         mode = self.mode[ids]
-        special = mode >= 2
-        if not special.any():
+        # Rows per mode (one call; a mode no row has costs no mask).
+        _, _, errors, events, contexts = np.bincount(mode, minlength=5).tolist()
+        if not (errors or events or contexts):
             return ev.score, ev.novelty, ev, None
         score, novelty = ev.score.copy(), ev.novelty.copy()
-        # Fault counters on clean series: any increment is bad, scored by its rate.
-        clean = ev.warm & (mode == 2) & self.scorer.clean(ids)
-        if clean.any():
-            rate = np.maximum(x[clean], 0.0)
-            s = np.where(rate > 0, np.maximum(cfg.score_threshold,
-                                              1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
-            score[clean] = s
-            novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
-        event = mode == 3
-        if event.any():
+        one = None
+        if errors:
+            error = mode == 2
+            # Fault counters on clean series: any increment is bad, scored by its rate.
+            clean = ev.warm & error & self.scorer.clean(ids)
+            if np.count_nonzero(clean):
+                rate = np.maximum(x[clean], 0.0)
+                s = np.where(rate > 0, np.maximum(cfg.score_threshold,
+                                                  1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
+                score[clean] = s
+                novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
+            # (events' and context rows' scores below are their own rows': these rows' scores are final)
+            one = error & (score >= 0.95)
+        if events:
+            event = mode == 3
             prev = self.last_value[ids[event]]
             xe = x[event]
             score[event] = np.where((xe != 0) & (xe != prev), 0.99, 0.0)
             novelty[event] = score[event]
-        ctx = mode == 4
-        score[ctx] = 0.0
-        novelty[ctx] = 0.0
-        return score, novelty, ev, mode
+            one = event if one is None else one | event
+        if contexts:
+            ctx = mode == 4
+            score[ctx] = 0.0
+            novelty[ctx] = 0.0
+        return score, novelty, ev, one
 
     def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> Transitions:
         """Score one round (``ids`` unique, ``x`` finite), learn, and advance the episode state machines.
@@ -250,15 +258,15 @@ class DetectorBank:
     def _update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> Transitions:
         """:meth:`update` of one chunk."""
         cfg = self.config
-        scores, novelty, ev, mode = self._score(ids, ts, x)
+        scores, novelty, ev, one = self._score(ids, ts, x)
         self.last_scores = Scores(scores, novelty)
         bad = scores >= cfg.score_threshold
-        # An event (an XID) or an error on a clean link is confirmed by itself: it is one sample long.
-        confirm: np.ndarray | int = cfg.confirm
-        if mode is not None:
-            confirm = np.where((mode == 3) | ((mode == 2) & (scores >= 0.95)), 1, cfg.confirm)
         state = self.state[ids]
         run = self.run[ids]
+        if not np.count_nonzero(bad) and not np.count_nonzero(state):
+            return self._quiet(ids, ts, x, ev, run)
+        # An event (an XID) or an error on a clean link is confirmed by itself: it is one sample long.
+        confirm: np.ndarray | int = cfg.confirm if one is None else np.where(one, 1, cfg.confirm)
         in_ep = state == EPISODE
         # Normal: k of n over the bit history of bad samples; a run starts at a bad sample with no bad
         # one within the slack before it. Episode: consecutive normal samples end it.
@@ -285,10 +293,9 @@ class DetectorBank:
         self.run_score[ids] = np.where(flips, 0.0, run_score)
         self.episode_len[ids] = np.where(start, 0, ep_len)
         self.last_value[ids] = x
-        changed = np.flatnonzero(flips)
+        changed = flips.nonzero()[0]
         if changed.size == 0:
-            empty = np.zeros(0)
-            return Transitions(changed, np.zeros(0, dtype=np.int8), empty, empty, empty, empty, empty)
+            return self._no_transitions()
         cids = ids[changed]
         p50, p99 = self.percentiles(cids, (50.0, 99.0))
         return Transitions(
@@ -300,6 +307,24 @@ class DetectorBank:
             p50=p50,
             p99=p99,
         )
+
+    def _quiet(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, ev: object, run: np.ndarray) -> Transitions:
+        """:meth:`_update` of a round in which no row is bad and no series is in an episode (most rounds):
+        the same state to the bit, without the masks that are then constant. No run starts (its time and
+        value stay), none ends, every row is learnt, and a run's history of bad samples shifts in a 0."""
+        self.scorer.learn(ids, x, ev)
+        self.sketch.add(ids, ts, x)
+        self.run[ids] = (run << 1) & self._window_mask
+        # (as the full path leaves it: the largest of the run's score and no bad score, 0)
+        self.run_score[ids] = np.maximum(self.run_score[ids], 0.0)
+        self.episode_len[ids] = 0
+        self.last_value[ids] = x
+        return self._no_transitions()
+
+    @staticmethod
+    def _no_transitions() -> Transitions:
+        empty = np.zeros(0)
+        return Transitions(np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int8), empty, empty, empty, empty, empty)
 
     def percentiles(self, ids: np.ndarray, qs: tuple[float, ...], window: int = -1) -> tuple[np.ndarray, ...]:
         """Rolling percentiles ``qs`` (0-100) of series ``ids`` over ``window`` (default the longest),
