@@ -200,6 +200,7 @@ class RobustScores:
     _zdir: np.ndarray
     _novel: np.ndarray  # (rows, NOVEL_COLUMNS): the novelty state after this row (see RobustScorer.novel)
     _r_pred: np.ndarray  # the residual of the seasonal prediction made (what its scale and error learn)
+    _prof: np.ndarray  # the slot's daily profile as stored (float64; NaN: not visited yet, or no profile)
     # weekly seasonality: the day of the week, and (None when it is off) its offset once this row is learnt
     _dow: np.ndarray | None
     _week: np.ndarray | None
@@ -315,7 +316,7 @@ class RobustScorer:
         if np.count_nonzero(count) < n:  # a series' first sample: its level is the value
             lvl = np.where(count == 0, x, lvl)
         b, dow, period = self._bin(ts)
-        prof = self.profile[ids, b].astype(np.float64) if cfg.bins > 0 else np.full(n, np.nan)
+        prof = day_prof = self.profile[ids, b].astype(np.float64) if cfg.bins > 0 else np.full(n, np.nan)
         has_season = prof == prof  # (not NaN: the slot has been visited)
         r_level = x - lvl
         r_season = x - prof
@@ -404,7 +405,7 @@ class RobustScorer:
             expected=expected,
             scale=scale, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
             _has_season=has_season, _floor=floor, _count=count, _debias=debias, _zdir=zdir, _novel=novelt.T,
-            _dow=dow, _r_pred=r_chosen, _week=week, _slot=slot, _slot_use=slot_use,
+            _dow=dow, _r_pred=r_chosen, _prof=day_prof, _week=week, _slot=slot, _slot_use=slot_use,
         )
 
     def _novelty(self, stt: np.ndarray, x: np.ndarray, count: np.ndarray, warm: np.ndarray, mad: np.ndarray,
@@ -512,24 +513,34 @@ class RobustScorer:
         self.count[ids] = np.minimum(ev._count, 2**31 - 2) + 1
         if ev._dow is not None and ev._week is not None:
             self.week[ids, ev._dow] = ev._week
+        sel: np.ndarray | slice = slice(None)
         if mask is not None:
-            if not mask.any():
+            learnt = np.count_nonzero(mask)
+            if not learnt:
                 return
-            ids, x, sel = ids[mask], x[mask], mask
-        else:
-            sel = slice(None)  # type: ignore[assignment]
+            if learnt < ids.shape[0]:  # (a mask of every row selects what no mask does: no copies)
+                ids, x, sel = ids[mask], x[mask], mask
         floor = ev._floor[sel]
         r_l = ev._r_level[sel]
+        count = ev._count[sel]
         mad_l = self.mad_level[ids]
-        first = ev._count[sel] == 0
         debias = ev._debias[sel]
         lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l / debias, floor)
-        lvl = np.where(first, x, self.level[ids])
-        self.level[ids] = lvl + cfg.level_alpha * _clip(r_l, lim_l)
+        step = cfg.level_alpha * _clip(r_l, lim_l)
         abs_l = np.abs(r_l)
-        self.mad_level[ids] = np.where(first, 0.0, mad_l + cfg.scale_alpha * (np.minimum(abs_l, lim_l) - mad_l))
+        mad_next = mad_l + cfg.scale_alpha * (np.minimum(abs_l, lim_l) - mad_l)
         err_l = self.err_level[ids]
-        self.err_level[ids] = np.where(first, 0.0, err_l + cfg.scale_alpha * (abs_l - err_l))
+        err_next = err_l + cfg.scale_alpha * (abs_l - err_l)
+        if np.count_nonzero(count) < count.shape[0]:
+            # A series' first sample: the level starts at the value, the scale and error at 0.
+            first = count == 0
+            self.level[ids] = np.where(first, x, self.level[ids]) + step
+            mad_next = np.where(first, 0.0, mad_next)
+            err_next = np.where(first, 0.0, err_next)
+        else:
+            self.level[ids] = self.level[ids] + step
+        self.mad_level[ids] = mad_next
+        self.err_level[ids] = err_next
         if cfg.bins <= 0:
             return
         b = ev._bins[sel]
@@ -541,13 +552,18 @@ class RobustScorer:
         mad_s = self.mad_season[ids]
         day = np.maximum(mad_s / debias, floor)
         lim_s = cfg.huber * MAD_TO_SD * day
-        prof = self.profile[ids, b].astype(np.float64)
-        self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * _clip(r_s, lim_s), x)
+        prof = ev._prof[sel]
         abs_p = np.abs(r_p)
-        self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(abs_p, lim_s) - mad_s), mad_s)
         err_s = self.err_season[ids]
-        # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
-        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, abs_p, 2.0 * abs_l) - err_s)
+        if np.count_nonzero(has) == has.shape[0]:  # every row's slot was visited before (the masks are moot)
+            self.profile[ids, b] = prof + cfg.season_alpha * _clip(r_s, lim_s)
+            self.mad_season[ids] = mad_s + cfg.scale_alpha * (np.minimum(abs_p, lim_s) - mad_s)
+            self.err_season[ids] = err_s + cfg.scale_alpha * (abs_p - err_s)
+        else:
+            self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * _clip(r_s, lim_s), x)
+            self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(abs_p, lim_s) - mad_s), mad_s)
+            # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
+            self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, abs_p, 2.0 * abs_l) - err_s)
         if ev._slot is not None and ev._slot_use is not None:
             # The slot's scale, as a multiple of the day's (debiased) one: 1 where it is unknown (0), then
             # the mean of the slot's residuals of the seasonal prediction over the day's scale, Huber-clipped
