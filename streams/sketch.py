@@ -112,9 +112,12 @@ class RollingPercentiles:
 
     # -- grid -----------------------------------------------------------------------------------
     def _keys(self, x: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
-        """Each value's grid key (``pos``: ``x > 0`` when the caller has it)."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            k = np.ceil(np.log(np.where(x > 0 if pos is None else pos, x, 1.0)) / self._log_gamma)
+        """Each value's grid key (``pos``: ``x > 0`` when the caller has it).
+
+        No ``np.errstate`` (~2 us a call): the logarithm's argument is positive or 1 (NaN too), so neither
+        it nor the division and ceiling can raise a floating-point flag (an infinite value gives an infinite
+        key quietly)."""
+        k = np.ceil(np.log(np.where(x > 0 if pos is None else pos, x, 1.0)) / self._log_gamma)
         return k.astype(np.int64)
 
     def _shift(self, sid: int, d: int) -> None:
