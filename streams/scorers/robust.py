@@ -301,8 +301,8 @@ class RobustScorer:
         bins = max(self.config.bins, 1)
         # A division, not a multiplication by the reciprocal: a time on a slot's edge lands in that slot.
         period = np.floor(ts / (86400.0 / bins))
-        slot = period.astype(np.int64)
-        return slot % bins, (slot // bins) % 7, period
+        day, slot = np.divmod(period.astype(np.int64), bins)
+        return slot, day % 7, period
 
     def evaluate(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> RobustScores:
         """Score rows ``x`` of series ``ids`` (unique) at times ``ts``, without learning."""
