@@ -198,8 +198,8 @@ class DetectorBank:
     # -- scoring ------------------------------------------------------------------------------
     def _score(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, object, np.ndarray | None]:
-        """Scores, novelty, the scorer's evaluation and, where some row is an event or a fault counter,
-        which rows one bad sample confirms (None: no row is such)."""
+        """Scores, novelty, the scorer's evaluation and, where some row is not a plain level or rate,
+        the rows' modes (None: every row scores as the scorer says)."""
         cfg = self.config
         ev = self.scorer.evaluate(ids, ts, x)
         mode = self.mode[ids]
@@ -208,31 +208,26 @@ class DetectorBank:
         if not (errors or events or contexts):
             return ev.score, ev.novelty, ev, None
         score, novelty = ev.score.copy(), ev.novelty.copy()
-        one = None
         if errors:
-            error = mode == 2
             # Fault counters on clean series: any increment is bad, scored by its rate.
-            clean = ev.warm & error & self.scorer.clean(ids)
+            clean = ev.warm & (mode == 2) & self.scorer.clean(ids)
             if np.count_nonzero(clean):
                 rate = np.maximum(x[clean], 0.0)
                 s = np.where(rate > 0, np.maximum(cfg.score_threshold,
                                                   1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
                 score[clean] = s
                 novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
-            # (events' and context rows' scores below are their own rows': these rows' scores are final)
-            one = error & (score >= 0.95)
         if events:
             event = mode == 3
             prev = self.last_value[ids[event]]
             xe = x[event]
             score[event] = np.where((xe != 0) & (xe != prev), 0.99, 0.0)
             novelty[event] = score[event]
-            one = event if one is None else one | event
         if contexts:
             ctx = mode == 4
             score[ctx] = 0.0
             novelty[ctx] = 0.0
-        return score, novelty, ev, one
+        return score, novelty, ev, mode
 
     def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> Transitions:
         """Score one round (``ids`` unique, ``x`` finite), learn, and advance the episode state machines.
@@ -258,7 +253,7 @@ class DetectorBank:
     def _update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> Transitions:
         """:meth:`update` of one chunk."""
         cfg = self.config
-        scores, novelty, ev, one = self._score(ids, ts, x)
+        scores, novelty, ev, mode = self._score(ids, ts, x)
         self.last_scores = Scores(scores, novelty)
         bad = scores >= cfg.score_threshold
         state = self.state[ids]
@@ -266,7 +261,9 @@ class DetectorBank:
         if not np.count_nonzero(bad) and not np.count_nonzero(state):
             return self._quiet(ids, ts, x, ev, run)
         # An event (an XID) or an error on a clean link is confirmed by itself: it is one sample long.
-        confirm: np.ndarray | int = cfg.confirm if one is None else np.where(one, 1, cfg.confirm)
+        confirm: np.ndarray | int = cfg.confirm
+        if mode is not None:
+            confirm = np.where((mode == 3) | ((mode == 2) & (scores >= 0.95)), 1, cfg.confirm)
         in_ep = state == EPISODE
         # Normal: k of n over the bit history of bad samples; a run starts at a bad sample with no bad
         # one within the slack before it. Episode: consecutive normal samples end it.
