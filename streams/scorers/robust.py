@@ -343,12 +343,16 @@ class RobustScorer:
                 r_chosen = np.where(use_week, r_week, r_season)
                 prof = np.where(use_week, prof + shift, prof)
         use_season = has_season & (self.err_season[ids] < cfg.season_gain * self.err_level[ids])
-        r = np.where(use_season, r_chosen, r_level)
+        # (``np.putmask`` into an array of our own: half the cost of ``np.where`` on a small round)
+        r = r_level.copy()
+        np.putmask(r, use_season, r_chosen)
         # The scales start at 0 and follow at ``scale_alpha``: without a bias correction (as in Adam's
         # moment estimates) they are a fraction of the truth for the first ~1/alpha samples, and every
         # sample just after warm-up looks several scales away. (``take``'s clip: past the table's end.)
         debias = self._debias.take(count, mode="clip")
-        mad = np.where(use_season, self.mad_season[ids], self.mad_level[ids]) / debias
+        mad = self.mad_level[ids]
+        np.putmask(mad, use_season, self.mad_season[ids])
+        mad /= debias
         slot = slot_use = None
         if self._slots and cfg.bins > 0:
             # The slot's own scale where the daily profile is in use and the slot's scale is (positive:
@@ -369,9 +373,10 @@ class RobustScorer:
         direction = self.direction[ids]
         directed = np.count_nonzero(direction) == n  # no series bad both ways
         zdir = z * direction if directed else np.where(direction == 0, np.abs(z), z * direction)
-        expected = np.where(use_season, prof, lvl)
+        expected = lvl  # (nothing reads ``lvl`` below)
+        np.putmask(expected, use_season, prof)
         if cfg.min_relative_change > 0:
-            zdir = np.where(np.abs(r) < cfg.min_relative_change * np.abs(expected), 0.0, zdir)
+            np.putmask(zdir, np.abs(r) < cfg.min_relative_change * np.abs(expected), 0.0)
         warm = count >= cfg.min_samples
         surprise = zdir  # before the warm-up gate: the novelty memory learns it (``_novelty``)
         if np.count_nonzero(warm) < n:
@@ -456,7 +461,8 @@ class RobustScorer:
         np.maximum(e_both, exceed[:, 2], out=e_both)
         e_up, e_down = e_both
         if directed:
-            e = np.where(direction > 0, e_up, e_down)
+            e = e_down
+            np.putmask(e, direction > 0, e_up)
         else:
             e = np.where(direction > 0, e_up, np.where(direction < 0, e_down, np.maximum(e_up, e_down)))
         # The surprise against the predictors, on a scale no finer than a fraction of the span seen
@@ -486,7 +492,8 @@ class RobustScorer:
             np.minimum(new_lows, mid, out=new_lows)
             new_highs -= shrink
             np.maximum(new_highs, mid, out=new_highs)
-        seen = np.where(count >= self._peak_start, surprise * span_scale, 0.0)
+        seen = surprise * span_scale
+        np.putmask(seen, count < self._peak_start, 0.0)
         np.maximum(peak * (1.0 - cfg.novelty_forget), seen, out=outt[PEAK])
         np.maximum(decayed, e, out=outt[RECENT])
         # Sparsity: how often the series ticks and how large a tick is (the first samples and the first
