@@ -260,6 +260,13 @@ class DetectorBank:
         run = self.run[ids]
         if not np.count_nonzero(bad) and not np.count_nonzero(state):
             return self._quiet(ids, ts, x, ev, run)
+        return self._episodes(ids, ts, x, ev, scores, mode, bad, state, run)
+
+    def _episodes(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, ev: object, scores: np.ndarray,
+                  mode: np.ndarray | None, bad: np.ndarray, state: np.ndarray, run: np.ndarray) -> Transitions:
+        """:meth:`_update`'s learning and episode state machines, for any round (``bad``: the rows scoring
+        at least the threshold; ``state`` and ``run``: the rows' episode state and run before)."""
+        cfg = self.config
         # An event (an XID) or an error on a clean link is confirmed by itself: it is one sample long.
         confirm: np.ndarray | int = cfg.confirm
         if mode is not None:
@@ -306,7 +313,7 @@ class DetectorBank:
         )
 
     def _quiet(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, ev: object, run: np.ndarray) -> Transitions:
-        """:meth:`_update` of a round in which no row is bad and no series is in an episode (most rounds):
+        """:meth:`_episodes` of a round in which no row is bad and no series is in an episode (most rounds):
         the same state to the bit, without the masks that are then constant. No run starts (its time and
         value stay), none ends, every row is learnt, and a run's history of bad samples shifts in a 0."""
         self.scorer.learn(ids, x, ev)
