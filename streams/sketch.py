@@ -67,8 +67,9 @@ class RollingPercentiles:
         nw, b = len(cfg.windows), cfg.buckets
         self._w = np.asarray(cfg.windows, dtype=np.float64)
         self._windex = np.arange(nw)
-        #: Each window's first counter in a series' block of ``windows * 2 * buckets`` (flat indices).
-        self._window_start = self._windex * (2 * b)
+        self._w_col = self._w[:, None]
+        #: Each window's first counter in a series' block of ``windows * 2 * buckets`` (flat indices), a column.
+        self._window_start = (self._windex * (2 * b))[:, None]
         self.counts = np.zeros((0, nw, 2, b), dtype=cfg.dtype)
         self.offset = np.zeros(0, dtype=np.int32)  # key of bucket 1's upper edge minus 1
         self.started = np.zeros(0, dtype=bool)
@@ -103,11 +104,17 @@ class RollingPercentiles:
         (``floor`` of a division by a positive width never decreases), the very division :meth:`add`
         places a sample with.
         """
+        return np.ascontiguousarray(self._window_panes(last_ts).T)
+
+    def _window_panes(self, last_ts: np.ndarray) -> np.ndarray:
+        """:meth:`_panes` by window: shape ``(windows, len(last_ts))`` (each window's panes contiguous: on a
+        round of 1,440 rows the division and the conversion cost under half of what they cost along the
+        3-long window axis)."""
         none = np.isnan(last_ts)
         if not np.count_nonzero(none):
-            return np.floor(last_ts[:, None] / self._w).astype(np.int64)
-        p = np.floor(np.where(none, 0.0, last_ts)[:, None] / self._w[None, :]).astype(np.int64)
-        p[none] = _NO_PANE
+            return np.floor(last_ts / self._w_col).astype(np.int64)
+        p = np.floor(np.where(none, 0.0, last_ts) / self._w_col).astype(np.int64)
+        p[:, none] = _NO_PANE
         return p
 
     # -- grid -----------------------------------------------------------------------------------
@@ -165,16 +172,16 @@ class RollingPercentiles:
             return
         bucket = self._bucket(ids, x)
         last = self.last_ts[ids]
-        cur = self._panes(last)
+        cur = self._window_panes(last)
         self.last_ts[ids] = np.fmax(last, ts)  # the panes move with it (to p where adv >= 1)
-        # All windows at once: (row, window) pairs are independent.
-        p = np.floor(ts[:, None] / self._w).astype(np.int64)
+        # All windows at once, as (window, row): the (window, row) pairs are independent.
+        p = np.floor(ts / self._w_col).astype(np.int64)
         adv = p - cur
-        nw, b = adv.shape[1], self.counts.shape[-1]
+        nw, b = adv.shape[0], self.counts.shape[-1]
         if not self.counts.flags.c_contiguous:
             self.counts = np.ascontiguousarray(self.counts)
-        # One flat index per (row, window): slot 0 (current pane) or 1 (the one before), the value's bucket.
-        flat = (ids * (nw * 2 * b) + bucket)[:, None] + self._window_start
+        # One flat index per (window, row): slot 0 (current pane) or 1 (the one before), the value's bucket.
+        flat = (ids * (nw * 2 * b) + bucket) + self._window_start
         # Most rounds stay inside every window's current pane (a 60 s window rolls every 60th scrape of
         # one a second): nothing rolls, no sample is late, every sample lands in slot 0.
         if np.count_nonzero(adv):
@@ -185,13 +192,13 @@ class RollingPercentiles:
                 panes = self.counts.reshape(-1).view(np.dtype((np.void, b * self.counts.itemsize)))
                 roll1 = adv == 1
                 if np.count_nonzero(roll1):
-                    r, w = roll1.nonzero()
+                    w, r = roll1.nonzero()
                     cur_pane = (ids[r] * nw + w) * 2
                     panes[cur_pane + 1] = panes[cur_pane]
                     panes[cur_pane] = self._empty_pane(b)
                 reset = adv >= 2
                 if np.count_nonzero(reset):
-                    r, w = reset.nonzero()
+                    w, r = reset.nonzero()
                     cur_pane = (ids[r] * nw + w) * 2
                     panes[cur_pane] = panes[cur_pane + 1] = self._empty_pane(b)
             flat += (adv < 0) * b
@@ -203,7 +210,7 @@ class RollingPercentiles:
         flat = flat.ravel()
         counts = self.counts.reshape(-1)  # a view of the contiguous array: writes go through
         vals = counts[flat]
-        counts[flat] = vals + (vals < self._max)  # saturating
+        counts[flat] = vals + (vals < self._max)  # saturating (a (window, row) index is never repeated)
 
     def add_many(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> None:
         """Add samples in any order, several per series allowed (processed in event-time order).
