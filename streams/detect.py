@@ -203,27 +203,30 @@ class DetectorBank:
         cfg = self.config
         ev = self.scorer.evaluate(ids, ts, x)
         mode = self.mode[ids]
-        special = mode >= 2
-        if not special.any():
+        # Rows per mode (one call; a mode no row has costs no mask).
+        _, _, errors, events, contexts = np.bincount(mode, minlength=5).tolist()
+        if not (errors or events or contexts):
             return ev.score, ev.novelty, ev, None
         score, novelty = ev.score.copy(), ev.novelty.copy()
-        # Fault counters on clean series: any increment is bad, scored by its rate.
-        clean = ev.warm & (mode == 2) & self.scorer.clean(ids)
-        if clean.any():
-            rate = np.maximum(x[clean], 0.0)
-            s = np.where(rate > 0, np.maximum(cfg.score_threshold,
-                                              1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
-            score[clean] = s
-            novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
-        event = mode == 3
-        if event.any():
+        if errors:
+            # Fault counters on clean series: any increment is bad, scored by its rate.
+            clean = ev.warm & (mode == 2) & self.scorer.clean(ids)
+            if np.count_nonzero(clean):
+                rate = np.maximum(x[clean], 0.0)
+                s = np.where(rate > 0, np.maximum(cfg.score_threshold,
+                                                  1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
+                score[clean] = s
+                novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
+        if events:
+            event = mode == 3
             prev = self.last_value[ids[event]]
             xe = x[event]
             score[event] = np.where((xe != 0) & (xe != prev), 0.99, 0.0)
             novelty[event] = score[event]
-        ctx = mode == 4
-        score[ctx] = 0.0
-        novelty[ctx] = 0.0
+        if contexts:
+            ctx = mode == 4
+            score[ctx] = 0.0
+            novelty[ctx] = 0.0
         return score, novelty, ev, mode
 
     def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> Transitions:
@@ -253,12 +256,21 @@ class DetectorBank:
         scores, novelty, ev, mode = self._score(ids, ts, x)
         self.last_scores = Scores(scores, novelty)
         bad = scores >= cfg.score_threshold
+        state = self.state[ids]
+        run = self.run[ids]
+        if not np.count_nonzero(bad) and not np.count_nonzero(state):
+            return self._quiet(ids, ts, x, ev, run)
+        return self._episodes(ids, ts, x, ev, scores, mode, bad, state, run)
+
+    def _episodes(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, ev: object, scores: np.ndarray,
+                  mode: np.ndarray | None, bad: np.ndarray, state: np.ndarray, run: np.ndarray) -> Transitions:
+        """:meth:`_update`'s learning and episode state machines, for any round (``bad``: the rows scoring
+        at least the threshold; ``state`` and ``run``: the rows' episode state and run before)."""
+        cfg = self.config
         # An event (an XID) or an error on a clean link is confirmed by itself: it is one sample long.
         confirm: np.ndarray | int = cfg.confirm
         if mode is not None:
             confirm = np.where((mode == 3) | ((mode == 2) & (scores >= 0.95)), 1, cfg.confirm)
-        state = self.state[ids]
-        run = self.run[ids]
         in_ep = state == EPISODE
         # Normal: k of n over the bit history of bad samples; a run starts at a bad sample with no bad
         # one within the slack before it. Episode: consecutive normal samples end it.
@@ -285,10 +297,9 @@ class DetectorBank:
         self.run_score[ids] = np.where(flips, 0.0, run_score)
         self.episode_len[ids] = np.where(start, 0, ep_len)
         self.last_value[ids] = x
-        changed = np.flatnonzero(flips)
+        changed = flips.nonzero()[0]
         if changed.size == 0:
-            empty = np.zeros(0)
-            return Transitions(changed, np.zeros(0, dtype=np.int8), empty, empty, empty, empty, empty)
+            return self._no_transitions()
         cids = ids[changed]
         p50, p99 = self.percentiles(cids, (50.0, 99.0))
         return Transitions(
@@ -300,6 +311,24 @@ class DetectorBank:
             p50=p50,
             p99=p99,
         )
+
+    def _quiet(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, ev: object, run: np.ndarray) -> Transitions:
+        """:meth:`_episodes` of a round in which no row is bad and no series is in an episode (most rounds):
+        the same state to the bit, without the masks that are then constant. No run starts (its time and
+        value stay), none ends, every row is learnt, and a run's history of bad samples shifts in a 0."""
+        self.scorer.learn(ids, x, ev)
+        self.sketch.add(ids, ts, x)
+        self.run[ids] = (run << 1) & self._window_mask
+        # (as the full path leaves it: the largest of the run's score and no bad score, 0)
+        self.run_score[ids] = np.maximum(self.run_score[ids], 0.0)
+        self.episode_len[ids] = 0
+        self.last_value[ids] = x
+        return self._no_transitions()
+
+    @staticmethod
+    def _no_transitions() -> Transitions:
+        empty = np.zeros(0)
+        return Transitions(np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int8), empty, empty, empty, empty, empty)
 
     def percentiles(self, ids: np.ndarray, qs: tuple[float, ...], window: int = -1) -> tuple[np.ndarray, ...]:
         """Rolling percentiles ``qs`` (0-100) of series ``ids`` over ``window`` (default the longest),

@@ -200,6 +200,7 @@ class RobustScores:
     _zdir: np.ndarray
     _novel: np.ndarray  # (rows, NOVEL_COLUMNS): the novelty state after this row (see RobustScorer.novel)
     _r_pred: np.ndarray  # the residual of the seasonal prediction made (what its scale and error learn)
+    _prof: np.ndarray  # the slot's daily profile as stored (float64; NaN: not visited yet, or no profile)
     # weekly seasonality: the day of the week, and (None when it is off) its offset once this row is learnt
     _dow: np.ndarray | None
     _week: np.ndarray | None
@@ -239,6 +240,7 @@ class RobustScorer:
         # A mean's extremes are recorded once it has seen three times its memory (3 / rate samples):
         # before, its first samples weigh too much and would set extremes the series never had.
         self._starts_col = np.array([[0.0], [3.0 / cfg.novelty_fast], [3.0 / cfg.novelty_slow]])
+        self._starts_max = float(self._starts_col.max())
         # The same rule for the largest surprise: z is a residual over the scale, whose memory is
         # 1 / scale_alpha; the surprises are remembered once the scale has seen three times that, warm or
         # not (a surprise remembered only from the end of warm-up is a handful of samples' maximum, and
@@ -299,24 +301,31 @@ class RobustScorer:
         bins = max(self.config.bins, 1)
         # A division, not a multiplication by the reciprocal: a time on a slot's edge lands in that slot.
         period = np.floor(ts / (86400.0 / bins))
-        slot = period.astype(np.int64)
-        return slot % bins, (slot // bins) % 7, period
+        day, slot = np.divmod(period.astype(np.int64), bins)
+        return slot, day % 7, period
 
     def evaluate(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> RobustScores:
         """Score rows ``x`` of series ``ids`` (unique) at times ``ts``, without learning."""
+        # (A round is a few hundred rows: each array operation's fixed cost, about a microsecond, weighs
+        # more than its arithmetic. A selection whose mask is the same for every row of the round, as
+        # most are once the series are warm, is skipped for the array it would give.)
         cfg = self.config
+        n = ids.shape[0]
         count = self.count[ids]
         lvl = self.level[ids]
-        first = count == 0
-        lvl = np.where(first, x, lvl)
+        if np.count_nonzero(count) < n:  # a series' first sample: its level is the value
+            lvl = np.where(count == 0, x, lvl)
         b, dow, period = self._bin(ts)
-        prof = self.profile[ids, b].astype(np.float64) if cfg.bins > 0 else np.full(ids.shape[0], np.nan)
-        has_season = ~np.isnan(prof)
+        prof = day_prof = self.profile[ids, b].astype(np.float64) if cfg.bins > 0 else np.full(n, np.nan)
+        has_season = prof == prof  # (not NaN: the slot has been visited)
         r_level = x - lvl
-        r_season = np.where(has_season, x - prof, r_level)
+        r_season = x - prof
+        all_season = np.count_nonzero(has_season) == n
+        if not all_season:
+            r_season = np.where(has_season, r_season, r_level)
         # The rows' novelty state, one contiguous row per column (``(column, row)``: see ``_novelty``).
-        # (``np.take``: a third of the cost of ``novel[ids]`` for a row gather of a 2-D array)
-        stt = np.ascontiguousarray(np.take(self.novel, ids, axis=0).T)
+        # (the ``take`` method: a third of the cost of ``novel[ids]`` for a row gather of a 2-D array)
+        stt = np.ascontiguousarray(self.novel.take(ids, axis=0).T)
         floor = cfg.floor_rel * np.abs(lvl) + cfg.floor_abs
         r_week = off = pscale = None
         r_chosen = r_season
@@ -330,15 +339,20 @@ class RobustScorer:
             shift = off * pscale
             r_week = r_season - shift
             use_week = has_season & (stt[WEEK_EDGE] < 0.0)
-            r_chosen = np.where(use_week, r_week, r_season)
-            prof = np.where(use_week, prof + shift, prof)
+            if np.count_nonzero(use_week):
+                r_chosen = np.where(use_week, r_week, r_season)
+                prof = np.where(use_week, prof + shift, prof)
         use_season = has_season & (self.err_season[ids] < cfg.season_gain * self.err_level[ids])
-        r = np.where(use_season, r_chosen, r_level)
+        # (``np.putmask`` into an array of our own: half the cost of ``np.where`` on a small round)
+        r = r_level.copy()
+        np.putmask(r, use_season, r_chosen)
         # The scales start at 0 and follow at ``scale_alpha``: without a bias correction (as in Adam's
         # moment estimates) they are a fraction of the truth for the first ~1/alpha samples, and every
-        # sample just after warm-up looks several scales away.
-        debias = self._debias[np.minimum(count, self._debias.shape[0] - 1)]
-        mad = np.where(use_season, self.mad_season[ids], self.mad_level[ids]) / debias
+        # sample just after warm-up looks several scales away. (``take``'s clip: past the table's end.)
+        debias = self._debias.take(count, mode="clip")
+        mad = self.mad_level[ids]
+        np.putmask(mad, use_season, self.mad_season[ids])
+        mad /= debias
         slot = slot_use = None
         if self._slots and cfg.bins > 0:
             # The slot's own scale where the daily profile is in use and the slot's scale is (positive:
@@ -354,21 +368,25 @@ class RobustScorer:
             # A sparse series' scale is at least its usual tick (module docstring).
             sparse = (stt[TICKS] >= cfg.sparse_min_ticks) & (stt[TICK_FRACTION] < cfg.sparse_fraction)
             mad = np.maximum(mad, sparse * stt[TICK_SIZE] * (1.0 / MAD_TO_SD))
-        z = r / (MAD_TO_SD * mad)
+        scale = MAD_TO_SD * mad
+        z = r / scale
         direction = self.direction[ids]
-        zdir = np.where(direction == 0, np.abs(z), z * direction)
-        expected = np.where(use_season, prof, lvl)
+        directed = np.count_nonzero(direction) == n  # no series bad both ways
+        zdir = z * direction if directed else np.where(direction == 0, np.abs(z), z * direction)
+        expected = lvl  # (nothing reads ``lvl`` below)
+        np.putmask(expected, use_season, prof)
         if cfg.min_relative_change > 0:
-            zdir = np.where(np.abs(r) < cfg.min_relative_change * np.abs(expected), 0.0, zdir)
+            np.putmask(zdir, np.abs(r) < cfg.min_relative_change * np.abs(expected), 0.0)
         warm = count >= cfg.min_samples
         surprise = zdir  # before the warm-up gate: the novelty memory learns it (``_novelty``)
-        zdir = np.where(warm, zdir, 0.0)
-        novelty, novel = self._novelty(stt, x, count, mad, direction, zdir, surprise)
+        if np.count_nonzero(warm) < n:
+            zdir = np.where(warm, zdir, 0.0)
+        novelty, novelt = self._novelty(stt, x, count, warm, mad, direction, directed, zdir, surprise)
         week = None
         if off is None or r_week is None or pscale is None:
-            novel[:, WEEK_EDGE] = stt[WEEK_EDGE]
+            novelt[WEEK_EDGE] = stt[WEEK_EDGE]
             # The last time is kept for the slots' new-period test (without them, nothing reads it here).
-            novel[:, LAST_TS] = ts if self._slots and cfg.bins > 0 else stt[LAST_TS]
+            novelt[LAST_TS] = ts if self._slots and cfg.bins > 0 else stt[LAST_TS]
         else:
             # Learned from every row, anomalous or not: whether a series has a weekly cycle is a property
             # of the series (a weekday series' weekend would otherwise be an episode never learnt from).
@@ -385,86 +403,110 @@ class RobustScorer:
             # weekend), and weighted by the gain: their difference is one such mean.
             edge = stt[WEEK_EDGE]
             gain = np.abs(r_week) - cfg.season_gain * np.abs(r_season)
-            novel[:, WEEK_EDGE] = edge + rate * (1.0 / 7.0) * (gain - edge)
-            novel[:, LAST_TS] = ts
+            np.add(edge, rate * (1.0 / 7.0) * (gain - edge), out=novelt[WEEK_EDGE])
+            novelt[LAST_TS] = ts
         return RobustScores(
             score=calibrate(zdir, cfg.z_threshold), novelty=novelty, z=zdir,
             expected=expected,
-            scale=MAD_TO_SD * mad, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
-            _has_season=has_season, _floor=floor, _count=count, _debias=debias, _zdir=zdir, _novel=novel,
-            _dow=dow, _r_pred=r_chosen, _week=week, _slot=slot, _slot_use=slot_use,
+            scale=scale, warm=warm, _bins=b, _r_level=r_level, _r_season=r_season,
+            _has_season=has_season, _floor=floor, _count=count, _debias=debias, _zdir=zdir, _novel=novelt.T,
+            _dow=dow, _r_pred=r_chosen, _prof=day_prof, _week=week, _slot=slot, _slot_use=slot_use,
         )
 
-    def _novelty(self, stt: np.ndarray, x: np.ndarray, count: np.ndarray, mad: np.ndarray,
-                 direction: np.ndarray, zdir: np.ndarray, surprise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _novelty(self, stt: np.ndarray, x: np.ndarray, count: np.ndarray, warm: np.ndarray, mad: np.ndarray,
+                 direction: np.ndarray, directed: bool, zdir: np.ndarray, surprise: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
         """Novelty of each row (module docstring) and the novelty state (``stt``, the rows' state before,
-        transposed: ``(column, row)``, C-contiguous) once the row is learnt, sparsity included, as ``(row,
-        column)`` (a view of a ``(column, row)`` array). ``zdir`` is the warm-up-gated z, ``surprise`` the same z
-        before the gate (what the largest-surprise memory learns once the scale has settled)."""
+        transposed: ``(column, row)``, C-contiguous) once the row is learnt, sparsity included, in the same
+        ``(column, row)`` layout (its weekly columns are left for the caller to fill). ``warm`` is
+        ``count >= min_samples``, ``directed`` whether no row's ``direction`` is both ways; ``zdir`` is the
+        warm-up-gated z, ``surprise`` the same z before the gate (what the largest-surprise memory learns
+        once the scale has settled)."""
         cfg = self.config
+        n = x.shape[0]
         # Columns are rows here, ``(column, row)`` (the state keeps them as columns): an elementwise
         # operation on a (rows, 3) block, or on one strided column, costs up to ~5x one along a contiguous
-        # row (4,096 rows: 74 against 14 us for the means).
+        # row (4,096 rows: 74 against 14 us for the means). On the few hundred rows of a live round each
+        # operation's fixed cost (about a microsecond) weighs more than its arithmetic, so the blocks of
+        # like columns go through one operation each, written in place where a result is the new state.
+        outt = np.empty_like(stt)
+        feats = np.empty((3, n))  # the value, the fast mean and the slow mean
+        feats[0] = x
+        means = feats[1:]
         prev = stt[MEANS]
-        means = prev + self._rates_col * (x - prev)
-        fresh = count == 0
-        if fresh.any():  # (rare: the masks cost more than the arithmetic on a large round)
+        np.subtract(x, prev, out=means)
+        np.multiply(self._rates_col, means, out=means)
+        np.add(prev, means, out=means)
+        if np.count_nonzero(count) < n:  # a series' first sample (rare: the mask costs more than the arithmetic)
+            fresh = count == 0
             means[:, fresh] = x[fresh]
-        feats = np.concatenate((x[None, :], means))
-        started = count > self._starts_col
-        if started.all():
+        outt[MEANS] = means
+        # The remembered lows and highs (``stt[LOWS]`` and ``stt[HIGHS]`` are adjacent: one (2, 3, rows) block).
+        if n and count.min() > self._starts_max:  # every mean has seen three times its memory
             lows, highs = stt[LOWS], stt[HIGHS]
         else:
-            lows = np.where(started, stt[LOWS], feats)
-            highs = np.where(started, stt[HIGHS], feats)
-        width = np.maximum(highs - lows, cfg.floor_abs)
-        up, down = (feats - highs) / width, (lows - feats) / width
+            lows, highs = np.where(count > self._starts_col, stt[LOWS.start: HIGHS.stop].reshape(2, 3, n), feats)
+        span = highs - lows
+        width = np.maximum(span, cfg.floor_abs)
+        # The exceedances beyond the highs (0) and below the lows (1) of each feature, then the largest
+        # over the three features, per direction (row maxima: a reduction along a 3-long axis costs ten
+        # times as much on a large round).
+        exceed = np.empty((2, 3, n))
+        np.subtract(feats, highs, out=exceed[0])
+        np.subtract(lows, feats, out=exceed[1])
+        exceed /= width
         if cfg.novelty_value_weight != 1.0:
-            up[0] *= cfg.novelty_value_weight
-            down[0] *= cfg.novelty_value_weight
-        # The largest exceedance over the three features, per direction (row maxima: a reduction along
-        # a 3-long axis costs ten times as much on a large round).
-        e_up = np.maximum(np.maximum(up[0], up[1]), up[2])
-        e_down = np.maximum(np.maximum(down[0], down[1]), down[2])
-        e = np.where(direction > 0, e_up, np.where(direction < 0, e_down, np.maximum(e_up, e_down)))
+            exceed[:, 0] *= cfg.novelty_value_weight
+        e_both = np.maximum(exceed[:, 0], exceed[:, 1])
+        np.maximum(e_both, exceed[:, 2], out=e_both)
+        e_up, e_down = e_both
+        if directed:
+            e = e_down
+            np.putmask(e, direction > 0, e_up)
+        else:
+            e = np.where(direction > 0, e_up, np.where(direction < 0, e_down, np.maximum(e_up, e_down)))
         # The surprise against the predictors, on a scale no finer than a fraction of the span seen
         # (a series that sat still and then moved a hair is not a billion scales away).
-        span_scale = mad / np.maximum(mad, cfg.novelty_span_floor * (highs[0] - lows[0]))
+        span_scale = mad / np.maximum(mad, cfg.novelty_span_floor * span[0])
         nz = zdir * span_scale
         peak = stt[PEAK]
         e_z = np.where(peak > 0, (nz - peak) / np.maximum(peak, cfg.floor_abs), 0.0)
         # fmax turns NaN (absurd input) into 0; the cap keeps e / (e + margin) finite.
-        e = np.minimum(np.fmax(np.maximum(e, cfg.novelty_z_weight * e_z), 0.0), 1e300) * (count >= cfg.min_samples)
+        e = np.minimum(np.fmax(np.maximum(e, cfg.novelty_z_weight * e_z), 0.0), 1e300) * warm
         # Once a row has scored (the recent novelty is at least the margin), the event scores again only
         # where it outgrows the recent novelty by another margin: one event, not a run of rows each a
         # hair beyond the last.
-        recent = stt[RECENT] * self._rdecay
-        recent = np.where(recent >= cfg.novelty_margin, recent + cfg.novelty_margin, recent)
+        decayed = stt[RECENT] * self._rdecay
+        recent = np.where(decayed >= cfg.novelty_margin, decayed + cfg.novelty_margin, decayed)
         gated = np.where(e > recent, e, 0.0)
         # The state after this row: extremes widened by it, then forgetting a little.
-        outt = np.empty_like(stt)
-        out = outt.T  # (rows, columns), as the state: a view
-        outt[MEANS] = means
-        lows, highs = np.minimum(lows, feats), np.maximum(highs, feats)
+        new_lows, new_highs = outt[LOWS], outt[HIGHS]
+        np.minimum(lows, feats, out=new_lows)
+        np.maximum(highs, feats, out=new_highs)
         if cfg.novelty_forget > 0:
-            mid = 0.5 * (lows + highs)
-            shrink = 0.5 * cfg.novelty_forget * (highs - lows)
-            lows, highs = np.minimum(lows + shrink, mid), np.maximum(highs - shrink, mid)
-        outt[LOWS] = lows
-        outt[HIGHS] = highs
-        seen = np.where(count >= self._peak_start, surprise * span_scale, 0.0)
-        outt[PEAK] = np.maximum(peak * (1.0 - cfg.novelty_forget), seen)
-        outt[RECENT] = np.maximum(stt[RECENT] * self._rdecay, e)
+            mid = new_lows + new_highs
+            mid *= 0.5
+            shrink = new_highs - new_lows
+            shrink *= 0.5 * cfg.novelty_forget
+            new_lows += shrink
+            np.minimum(new_lows, mid, out=new_lows)
+            new_highs -= shrink
+            np.maximum(new_highs, mid, out=new_highs)
+        seen = surprise * span_scale
+        np.putmask(seen, count < self._peak_start, 0.0)
+        np.maximum(peak * (1.0 - cfg.novelty_forget), seen, out=outt[PEAK])
+        np.maximum(decayed, e, out=outt[RECENT])
         # Sparsity: how often the series ticks and how large a tick is (the first samples and the first
         # ticks are averaged equally, as the scales are debiased: no early series looks sparse).
         ax = np.abs(x)
         tick = ax > CLEAN_EPS
         frac, size, ticks = stt[TICK_FRACTION], stt[TICK_SIZE], stt[TICKS]
-        outt[TICK_FRACTION] = frac + np.maximum(1.0 / (count + 1.0), cfg.scale_alpha) * (tick - frac)
+        np.add(frac, np.maximum(1.0 / (count + 1.0), cfg.scale_alpha) * (tick - frac), out=outt[TICK_FRACTION])
         clipped = np.where(ticks >= cfg.sparse_min_ticks, np.minimum(ax, cfg.sparse_clip * size), ax)
-        outt[TICK_SIZE] = size + tick * np.maximum(1.0 / (ticks + 1.0), cfg.scale_alpha) * (clipped - size)
-        outt[TICKS] = ticks + tick
-        return gated / (gated + cfg.novelty_margin), out
+        np.add(size, tick * np.maximum(1.0 / (ticks + 1.0), cfg.scale_alpha) * (clipped - size), out=outt[TICK_SIZE])
+        np.add(ticks, tick, out=outt[TICKS])
+        gated /= gated + cfg.novelty_margin
+        return gated, outt
 
     def learn(self, ids: np.ndarray, x: np.ndarray, ev: RobustScores, mask: np.ndarray | None = None) -> None:
         """Advance the state of series ``ids`` with the rows evaluated in ``ev``.
@@ -478,24 +520,34 @@ class RobustScorer:
         self.count[ids] = np.minimum(ev._count, 2**31 - 2) + 1
         if ev._dow is not None and ev._week is not None:
             self.week[ids, ev._dow] = ev._week
+        sel: np.ndarray | slice = slice(None)
         if mask is not None:
-            if not mask.any():
+            learnt = np.count_nonzero(mask)
+            if not learnt:
                 return
-            ids, x, sel = ids[mask], x[mask], mask
-        else:
-            sel = slice(None)  # type: ignore[assignment]
+            if learnt < ids.shape[0]:  # (a mask of every row selects what no mask does: no copies)
+                ids, x, sel = ids[mask], x[mask], mask
         floor = ev._floor[sel]
         r_l = ev._r_level[sel]
+        count = ev._count[sel]
         mad_l = self.mad_level[ids]
-        first = ev._count[sel] == 0
         debias = ev._debias[sel]
         lim_l = cfg.huber * MAD_TO_SD * np.maximum(mad_l / debias, floor)
-        lvl = np.where(first, x, self.level[ids])
-        self.level[ids] = lvl + cfg.level_alpha * _clip(r_l, lim_l)
+        step = cfg.level_alpha * _clip(r_l, lim_l)
         abs_l = np.abs(r_l)
-        self.mad_level[ids] = np.where(first, 0.0, mad_l + cfg.scale_alpha * (np.minimum(abs_l, lim_l) - mad_l))
+        mad_next = mad_l + cfg.scale_alpha * (np.minimum(abs_l, lim_l) - mad_l)
         err_l = self.err_level[ids]
-        self.err_level[ids] = np.where(first, 0.0, err_l + cfg.scale_alpha * (abs_l - err_l))
+        err_next = err_l + cfg.scale_alpha * (abs_l - err_l)
+        if np.count_nonzero(count) < count.shape[0]:
+            # A series' first sample: the level starts at the value, the scale and error at 0.
+            first = count == 0
+            self.level[ids] = np.where(first, x, self.level[ids]) + step
+            mad_next = np.where(first, 0.0, mad_next)
+            err_next = np.where(first, 0.0, err_next)
+        else:
+            self.level[ids] = self.level[ids] + step
+        self.mad_level[ids] = mad_next
+        self.err_level[ids] = err_next
         if cfg.bins <= 0:
             return
         b = ev._bins[sel]
@@ -507,13 +559,18 @@ class RobustScorer:
         mad_s = self.mad_season[ids]
         day = np.maximum(mad_s / debias, floor)
         lim_s = cfg.huber * MAD_TO_SD * day
-        prof = self.profile[ids, b].astype(np.float64)
-        self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * _clip(r_s, lim_s), x)
+        prof = ev._prof[sel]
         abs_p = np.abs(r_p)
-        self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(abs_p, lim_s) - mad_s), mad_s)
         err_s = self.err_season[ids]
-        # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
-        self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, abs_p, 2.0 * abs_l) - err_s)
+        if np.count_nonzero(has) == has.shape[0]:  # every row's slot was visited before (the masks are moot)
+            self.profile[ids, b] = prof + cfg.season_alpha * _clip(r_s, lim_s)
+            self.mad_season[ids] = mad_s + cfg.scale_alpha * (np.minimum(abs_p, lim_s) - mad_s)
+            self.err_season[ids] = err_s + cfg.scale_alpha * (abs_p - err_s)
+        else:
+            self.profile[ids, b] = np.where(has, prof + cfg.season_alpha * _clip(r_s, lim_s), x)
+            self.mad_season[ids] = np.where(has, mad_s + cfg.scale_alpha * (np.minimum(abs_p, lim_s) - mad_s), mad_s)
+            # An unvisited slot counts as a bad guess (twice the level's error) so the profile must earn its use.
+            self.err_season[ids] = err_s + cfg.scale_alpha * (np.where(has, abs_p, 2.0 * abs_l) - err_s)
         if ev._slot is not None and ev._slot_use is not None:
             # The slot's scale, as a multiple of the day's (debiased) one: 1 where it is unknown (0), then
             # the mean of the slot's residuals of the seasonal prediction over the day's scale, Huber-clipped

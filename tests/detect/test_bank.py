@@ -139,3 +139,41 @@ def test_a_round_larger_than_the_chunk_runs_in_chunks_with_the_same_result_to_th
     assert sa.keys() == sb.keys()
     for key in sa:
         np.testing.assert_array_equal(sa[key], sb[key], err_msg=key)
+
+
+def test_a_quiet_round_leaves_what_the_full_episode_path_leaves_to_the_bit() -> None:
+    """The shortcut for a round with no bad row and no series in an episode (most rounds) is a cost
+    optimisation only: outputs and every state array equal, byte for byte, those of the full path."""
+    modes = [Mode.LEVEL, Mode.RATE, Mode.ERRORS, Mode.EVENT, Mode.CONTEXT]
+    n = 40
+    short, full = bank(), bank()
+    quiet = [0]
+
+    def full_path(ids: np.ndarray, ts: np.ndarray, x: np.ndarray, ev: object, run: np.ndarray) -> object:
+        quiet[0] += 1
+        return full._episodes(ids, ts, x, ev, full.last_scores.score, full.mode[ids],
+                              np.zeros(ids.shape[0], dtype=bool), full.state[ids], run)
+
+    full._quiet = full_path  # type: ignore[method-assign,assignment]
+    for b in (short, full):
+        for sid in range(n):
+            b.register(sid, modes[sid % len(modes)], (Direction.UP, Direction.DOWN, Direction.BOTH)[sid % 3])
+    rng = np.random.default_rng(11)
+    for k in range(150):
+        ids = rng.permutation(n)[: rng.integers(1, n + 1)]
+        x = rng.normal(50.0, 2.0, ids.shape[0])
+        x[ids % 5 == 2] = 0.0  # clean fault counters
+        x[ids % 5 == 3] = 0.0  # quiet events
+        if 60 <= k < 64:
+            x[ids % 7 == 0] += 400.0  # episodes: their rounds and the ones until they clear take the full path
+        ts = np.full(ids.shape[0], 15.0 * k) + rng.uniform(-20.0, 0.0, ids.shape[0])  # some samples late
+        a, b = short.update(ids, ts, x), full.update(ids, ts, x)
+        for f in ("pos", "phase", "onset_ts", "value", "score", "p50", "p99"):
+            assert getattr(a, f).dtype == getattr(b, f).dtype and getattr(a, f).tobytes() == getattr(b, f).tobytes(), f
+        assert short.last_scores.score.tobytes() == full.last_scores.score.tobytes()
+        assert short.last_scores.novelty.tobytes() == full.last_scores.novelty.tobytes()
+    assert 50 < quiet[0] < 150  # both paths were taken
+    sa, sb = short.snapshot(n), full.snapshot(n)
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert sa[key].dtype == sb[key].dtype and sa[key].tobytes() == sb[key].tobytes(), key
