@@ -220,10 +220,7 @@ class PartitionPipeline:
         validate stage found those labels to be the series'). The keys hold the registry's own strings."""
         key = self.registry.keys[sid]
         assert key is not None
-        metrics = self.row_ids.get((key[0], key[1], labels_raw))
-        if metrics is None:
-            metrics = self.row_ids[(key[0], key[1], labels_raw)] = {}
-        metrics[key[2]] = sid
+        self.row_ids.setdefault((key[0], key[1], labels_raw), {})[key[2]] = sid
 
     def _sweep(self, out: PipelineOutput, refused: bool, messages: Sequence[tuple[bytes, Origin]]) -> None:
         """Evict the series without a sample for ``limits.idle_s`` of the partition's event time.

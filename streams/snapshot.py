@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import math
-import zipfile
 import zlib
 from typing import Any
 
@@ -102,18 +101,6 @@ def _unpack_npz(blob: bytes) -> tuple[dict[str, np.ndarray], Any]:
         arrays = {name: data[name] for name in data.files if name != _META}
         meta = orjson.loads(data[_META].tobytes())
     return arrays, meta
-
-
-def pack_npz(arrays: dict[str, np.ndarray], meta: Any) -> bytes:
-    """The earlier format (an ``.npz``, deflate level 1), kept to test that :func:`unpack` still reads it."""
-    buf = io.BytesIO()
-    payload = dict(arrays)
-    payload[_META] = np.frombuffer(orjson.dumps(meta, option=orjson.OPT_SERIALIZE_NUMPY), dtype=np.uint8)
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        for name, arr in payload.items():
-            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=False)
-    return buf.getvalue()
 
 
 def snapshot_due(name: str, watermark: float, last: float | None, interval_s: float, *,

@@ -4,7 +4,7 @@ Typed rows (the decode stage's fast path, :class:`streams.ingest.Row`) of series
 fastest path: each row's series is found by its raw key (layer, source, the labels' JSON bytes, then the
 metric: :attr:`PartitionPipeline.row_ids`), and the message's times and values are checked at once.
 A row's raw key is indexed the first time its labels are found among the series the general path
-validated, so every row of such a message was validated as a record once. A message with a row of a
+validated, so a row it finds is of a series whose identity the general path checked. A message with a row of a
 series not held yet, or any value the checks refuse, goes through the general path instead, as if the
 fast path had not looked at it.
 
@@ -42,26 +42,19 @@ class Validate:
         part, out = batch.part, batch.out
         #: message -> [first refused record, refused by the partition cap, by the source cap]
         refusals: dict[int, list[int]] = {}
-        for m, records in enumerate(batch.decoded):
-            if records is None:
-                continue
-            if type(records) is DeadLetterOut:
-                out.dead_letters.append(records)
-                continue
-            assert isinstance(records, list)
-            if records and type(records[0]) is Row:
-                if self._rows(batch, m, records):
+        for m, item in enumerate(batch.decoded):
+            if type(item) is list and item and type(item[0]) is Row:
+                if self._rows(batch, m, item):
                     continue
                 raw, origin = batch.messages[m]
-                general = decode_message(raw, origin, out)
-                if general is None:
-                    continue
-                if type(general) is DeadLetterOut:
-                    out.dead_letters.append(general)
-                    continue
-                assert isinstance(general, list)
-                records = general
-            self._records(batch, m, records, refusals)
+                item = decode_message(raw, origin, out)  # the general path, as if the fast one had not looked
+            if item is None:
+                continue
+            if type(item) is DeadLetterOut:
+                out.dead_letters.append(item)
+                continue
+            assert isinstance(item, list)
+            self._records(batch, m, item, refusals)
         part.register_new(out)
         if refusals:
             batch.refused = True

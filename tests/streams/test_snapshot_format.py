@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import base64
+import io
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
 import pytest
 
-from streams.snapshot import MAGIC, pack, pack_npz, unpack
+from streams.snapshot import _META, MAGIC, pack, unpack
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "pipeline" / "snapshot_faaa674.json"
+
+
+def pack_npz(arrays: dict[str, np.ndarray], meta: Any) -> bytes:
+    """The earlier format as `streams/snapshot.py` wrote it before LSZ1: an .npz deflated at level 1."""
+    buf = io.BytesIO()
+    payload = dict(arrays)
+    payload[_META] = np.frombuffer(orjson.dumps(meta, option=orjson.OPT_SERIALIZE_NUMPY), dtype=np.uint8)
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for name, arr in payload.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=False)
+    return buf.getvalue()
 
 
 def arrays() -> dict[str, np.ndarray]:
