@@ -132,13 +132,21 @@ def build_app(
     # The pipeline, stage by stage (docs/architecture.md): real formats -> native samples (convert),
     # samples -> episodes, points and progress (ingest), episodes -> alerts, timelines, stats (correlate).
     attach_carriers(app, settings, cat, rt.send, rt.dead_letter, metrics, to_kafka=emit is None)
-    if emit is None and settings.ingest_lane:  # agents.lane: the ingest agent's records a fetch at a time
-        lane = BatchLane(cat.telemetry_topics, 2 * settings.ingest_batch_messages, app.flow_control.is_active,
-                         lambda: app.consumer_generation_id,
-                         lambda outcome, n: metrics.lane_records.labels(outcome).inc(n))
-        app.flow_control.manage_queue(lane)  # type: ignore[arg-type]  # cleared with the agents' queues
-        app.lockstep_lane = lane
-        ingest.lane = lane
+    lanes: list[BatchLane] = []
+
+    def lane(name: str, topic_names: Any, capacity: int) -> BatchLane:
+        """agents.lane: an agent's records a fetch at a time, cleared with the agents' queues on a rebalance."""
+        made = BatchLane(topic_names, capacity, app.flow_control.is_active, lambda: app.consumer_generation_id,
+                         lambda outcome, n: metrics.lane_records.labels(name, outcome).inc(n), name=name)
+        app.flow_control.manage_queue(made)  # type: ignore[arg-type]
+        lanes.append(made)
+        return made
+
+    if emit is None and settings.ingest_lane:
+        ingest.lane = lane("ingest", cat.telemetry_topics, 2 * settings.ingest_batch_messages)
+    if emit is None and settings.correlate_lane:
+        correlate.lane = lane("correlate", (cat.anomalies,), 4 * settings.correlate_batch_records)
+    app.lockstep_lanes = tuple(lanes)
     app.agent(topics.telemetry, name="ingest")(ingest.run)
     app.agent(topics.annotations, name="forward_annotations")(correlate.forward_annotations)
     app.agent(topics.anomalies, name="correlate")(correlate.run)

@@ -21,6 +21,7 @@ import orjson
 
 from agents.carriers import TOMBSTONE_REASON
 from agents.deadletters import dead_letter_of
+from agents.lane import BatchLane
 from agents.offsets import facts
 from agents.recovery import NOTHING_HELD, Action, decide, held
 from agents.runtime import Runtime
@@ -41,16 +42,33 @@ class Correlate:
         self.metrics = rt.metrics
         self.capacity_topic: Any = None  # made at the first costed alert (issue 22)
         self.health_topic: Any = None  # made at the first costed alert with a fabric root cause
+        #: agents.lane: the anomalies records a fetch at a time (a worker on a broker), or None: the agent's
+        #: Faust stream (Faust's test context, ``correlate_lane`` off)
+        self.lane: BatchLane | None = None
 
     # -- the agents -----------------------------------------------------------------------------
     async def run(self, stream: faust.StreamT[bytes]) -> None:
-        async for event in stream.events():
-            try:
-                await self.one(event)
-            except Exception as exc:
-                log.exception("correlate failed on partition %s@%s", event.message.partition, event.message.offset)
-                await self.rt.dead_letter(dead_letter_of("correlate", InternalError, f"internal error: {exc!r}",
-                                                         event))
+        """Every anomalies record in offset order per partition. On a broker they come through the correlate
+        lane: whatever arrived since the agent last had the loop, at once (up to ``correlate_batch_records``),
+        acknowledged when the agent comes back for more; in Faust's test context, through the stream."""
+        if self.lane is None:
+            async for event in stream.events():
+                await self.guarded(event)
+            return
+        try:
+            async for batch in self.lane.batches(self.rt.settings.correlate_batch_records, 0.0):
+                for event in batch:
+                    await self.guarded(event)
+        finally:
+            self.lane.abandon()  # a stopped agent holds no batch: a stop or rebalance need not wait for it
+
+    async def guarded(self, event: Any) -> None:
+        """:meth:`one`, with a failure (a bug) dead-lettered: the record is kept and the agent goes on."""
+        try:
+            await self.one(event)
+        except Exception as exc:
+            log.exception("correlate failed on partition %s@%s", event.message.partition, event.message.offset)
+            await self.rt.dead_letter(dead_letter_of("correlate", InternalError, f"internal error: {exc!r}", event))
 
     async def forward_annotations(self, stream: faust.StreamT[bytes]) -> None:
         """Operator annotations join their job's correlation partition, in order with its evidence."""

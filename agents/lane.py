@@ -1,16 +1,21 @@
-"""The ingest lane: telemetry records handed from the consumer's fetch loop to the ingest agent a fetch at a time.
+"""Lanes: the records of some topics handed from the consumer's fetch loop to one agent a fetch at a time.
 
 Faust hands every record to an agent on its own: a ``Message`` and an ``Event`` object, the conductor's
 callback, a queue put and get, the stream's processors and an ack under a lock, each with its sensors.
 Measured on the bench's batched backlog (28 samples a message): about 55 us a message, a quarter of a
-live worker's CPU (py-spy, docs/performance.md), while the ingest agent wants whole batches anyway.
+live worker's CPU (py-spy, docs/performance.md), while the ingest agent wants whole batches anyway. And
+a Faust stream yields the event loop after every event, so an agent fed that way gets one record each
+time the loop comes round: behind a busy ingest agent the correlate agent took one anomalies record per
+ingest step and ran seconds behind its input at 80 % of the live maximum (docs/performance.md,
+thirteenth session).
 
-With a lane, :meth:`agents.transport.LockstepConsumer._drain_messages` puts each fetch's records of the
-lane's topics here as one list per partition (:meth:`BatchLane.put`, no await); the ingest agent takes
-batches on its cadence (:meth:`BatchLane.batches`, the rule of :func:`agents.batching.batch_due`) and the
-lane acknowledges a batch's offsets to Faust in bulk once the agent asks for the next one
+Two lanes (agents.app): **ingest** (the telemetry topics) and **correlate** (the anomalies topic).
+:meth:`agents.transport.LockstepConsumer._drain_messages` puts each fetch's records of a lane's topics
+in it as one list per partition (:meth:`BatchLane.put`, no await); the agent takes batches on its cadence
+(:meth:`BatchLane.batches`, the rule of :func:`agents.batching.batch_due`) and the lane acknowledges a
+batch's offsets to Faust in bulk once the agent asks for the next one
 (:meth:`agents.transport.LockstepConsumer.ack_offsets`). Everything Faust decides stays Faust's: the
-subscription and assignment (the ingest agent still subscribes to the topics), read offsets and gaps,
+subscription and assignment (each agent still subscribes to its topics), read offsets and gaps,
 commits, pauses, seeks. Faust's guarantees around a rebalance are kept the way a stream keeps them:
 
 - records handed over and not yet taken are dropped when Faust clears its agents' queues
@@ -44,7 +49,7 @@ class Acker(Protocol):
 
 
 class Delivered:
-    """One record taken from the lane, shaped as the ingest agent reads a Faust event (``.message``,
+    """One record taken from a lane, shaped as the agents read a Faust event (``.message``,
     ``.value``; time in seconds)."""
 
     __slots__ = ("key", "offset", "partition", "timestamp", "topic", "value")
@@ -67,14 +72,16 @@ class Delivered:
 
 
 class BatchLane:
-    """Records of ``topics`` between the consumer's fetch loop and one taker (the ingest agent).
+    """Records of ``topics`` between the consumer's fetch loop and one taker (the agent the lane is ``name``d after).
 
     ``is_active``: whether Faust's flow is active (``app.flow_control.is_active``); ``generation``: the
     consumer generation now (``app.consumer_generation_id``). Both are read when a batch is taken.
     """
 
     def __init__(self, topics: Collection[str], capacity: int, is_active: Callable[[], bool],
-                 generation: Callable[[], int], counted: Callable[[str, int], None] | None = None) -> None:
+                 generation: Callable[[], int], counted: Callable[[str, int], None] | None = None,
+                 name: str = "ingest") -> None:
+        self.name = name
         self.topics = frozenset(topics)
         self.capacity = capacity
         self.is_active = is_active
@@ -108,8 +115,8 @@ class BatchLane:
     def clear(self) -> None:
         """Drop what was handed over and not taken (Faust's ``flow_control.clear()`` on a rebalance)."""
         if self._count:
-            log.info("ingest lane: %d records handed over and not yet taken dropped for the rebalance; Faust "
-                     "delivers them again from the group's commit", self._count)
+            log.info("%s lane: %d records handed over and not yet taken dropped for the rebalance; Faust "
+                     "delivers them again from the group's commit", self.name, self._count)
         self._dropped(self._count)
         self._pending.clear()
         self._count = 0

@@ -67,9 +67,9 @@ class WorkerMetrics:
                                      "Ingest batches that raised and were retried message by message",
                                      ["topic"], registry=r)
         self.lane_records = Counter(
-            "lockstep_ingest_lane_records_total", "Telemetry records put through the ingest lane (agents.lane): "
-            "taken by the ingest agent, or dropped as stale around a rebalance (Faust delivers them again from the "
-            "group's commit)", ["outcome"], registry=r)
+            "lockstep_lane_records_total", "Records put through a lane (agents.lane: ingest for telemetry, "
+            "correlate for anomalies): taken by its agent, or dropped as stale around a rebalance (Faust delivers "
+            "them again from the group's commit)", ["lane", "outcome"], registry=r)
         self.stalls = Counter("lockstep_partition_stalls_total",
                               "Input partitions found not delivering with records waiting, resumed and re-read",
                               ["topic"], registry=r)

@@ -45,8 +45,9 @@ class LockstepApp(faust.App):
     lockstep_fetch_max_wait_ms: int | None = None
     #: (settings, bootstrap) of the side consumer that checks table recovery's end offsets (agents.transport)
     lockstep_end_probe: tuple[LockstepSettings, str] | None = None
-    #: the ingest agent's records a fetch at a time (agents.lane), read by agents.transport; None: Faust's path
-    lockstep_lane: Any = None
+    #: the lanes (agents.lane): the ingest and correlate agents' records a fetch at a time, read by
+    #: agents.transport; none: Faust's path
+    lockstep_lanes: tuple[Any, ...] = ()
     lockstep_state: WorkerState
     lockstep_metrics: WorkerMetrics
     lockstep_runtime: Runtime

@@ -55,8 +55,13 @@ def assigned_offsets(offsets: Mapping[K, int], assignment: Collection[K]) -> dic
     return {tp: offset for tp, offset in offsets.items() if tp in assignment}
 
 
-#: Longest a rebalance waits for the ingest lane's batch in processing before committing what was acknowledged.
+#: Longest a rebalance waits for the lanes' batches in processing before committing what was acknowledged.
 LANE_IDLE_WAIT_S = 30.0
+
+
+def lanes_of(app: Any) -> tuple[Any, ...]:
+    """The app's lanes (agents.lane; set by agents.app on a worker with a broker), none on a plain Faust app."""
+    return tuple(getattr(app, "lockstep_lanes", ()))
 
 
 class FetchTunedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -164,7 +169,7 @@ class LockstepConsumer(faust_aiokafka.Consumer):
         return super()._new_offset(tp)
 
     def ack_offsets(self, tp: Any, offsets: list[int]) -> None:
-        """Acknowledge ``offsets`` of ``tp`` (records taken from the ingest lane, agents.lane) as
+        """Acknowledge ``offsets`` of ``tp`` (records taken from a lane, agents.lane) as
         ``Consumer.ack`` acknowledges a message each, in one step under the same lock."""
         from faust.types.tuples import ack_lock
         from mode.utils.futures import notify
@@ -185,29 +190,30 @@ class LockstepConsumer(faust_aiokafka.Consumer):
             notify(self._waiting_for_ack)
 
     async def wait_empty(self) -> None:
-        """Faust's, after the ingest lane's batch in processing (if any) is done: a rebalance or a stop
-        commits what it acknowledged, never less."""
-        lane = getattr(self.app, "lockstep_lane", None)
+        """Faust's, after every lane's batch in processing (if any) is done: a rebalance or a stop commits
+        what it acknowledged, never less."""
+        lanes = lanes_of(self.app)
         # Only for a rebalance, and bounded: a stop commits what was acknowledged (the batch in processing
         # is read again by the next owner; acknowledgements come only after a batch is handled), and a batch
         # that cannot finish (its agent stopped or stuck) must not hold a stop or a rebalance for ever.
         deadline = monotonic() + LANE_IDLE_WAIT_S
-        while (lane is not None and not lane.idle() and not self.should_stop and not self.app.should_stop
-               and monotonic() < deadline):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lane.wait_idle(), 1.0)
-        if lane is not None and not lane.idle():
-            self.log.warning("ingest lane: a batch still in processing; committing what was acknowledged")
+        for lane in lanes:
+            while (not lane.idle() and not self.should_stop and not self.app.should_stop
+                   and monotonic() < deadline):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(lane.wait_idle(), 1.0)
+            if not lane.idle():
+                self.log.warning("%s lane: a batch still in processing; committing what was acknowledged", lane.name)
         await super().wait_empty()
 
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover (every broker test runs it)
         """Faust's ``Consumer._drain_messages`` (faust-streaming 0.15) with the hand-over run inline, and
-        the ingest lane's topics handed over a fetch at a time (:meth:`_hand_over_fetch`)."""
+        the lanes' topics handed over a fetch at a time (:meth:`_hand_over_fetch`)."""
         from faust.transport.consumer import CONSUMER_FETCHING
         from mode import Service
 
-        lane = getattr(self.app, "lockstep_lane", None)
-        if lane is not None:
+        lanes = {topic: lane for lane in lanes_of(self.app) for topic in lane.topics}
+        for lane in lanes.values():
             lane.acker = self
         callback = self.callback
         getmany = self.getmany
@@ -256,14 +262,14 @@ class LockstepConsumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 set_flag(CONSUMER_FETCHING)
-                if lane is None:
+                if not lanes:
                     ait = getmany(timeout=1.0)
                     await self.sleep(0)
                     if not self.should_stop:
                         async for tp, message in ait:
                             await hand_over(tp, message)
                 else:
-                    await self._hand_over_fetch(lane, hand_over)
+                    await self._hand_over_fetch(lanes, hand_over)
                 unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -281,10 +287,11 @@ class LockstepConsumer(faust_aiokafka.Consumer):
         finally:
             unset_flag(CONSUMER_FETCHING)
 
-    async def _hand_over_fetch(self, lane: Any, hand_over: Any) -> None:  # pragma: no cover (broker tests run it)
+    async def _hand_over_fetch(self, lanes: Mapping[str, Any], hand_over: Any) -> None:  # pragma: no cover
         """One fetch, as Faust's ``Consumer.getmany`` takes it (flow, generation, active partitions, a seek
-        back to the committed offsets while flow is suspended), with the records of the lane's topics put
-        in the lane a partition at a time and the others handed to Faust's conductor one by one (in
+        back to the committed offsets while flow is suspended), with the records of each lane's topics
+        (``lanes``: topic -> lane) put in their lane a partition at a time (every broker test runs this)
+        and the others handed to Faust's conductor one by one (in
         Faust's round-robin order). Read offsets and gaps are kept as Faust keeps them per message."""
         records, active = await self._wait_next_records(1.0)
         await self.sleep(0)
@@ -301,12 +308,14 @@ class LockstepConsumer(faust_aiokafka.Consumer):
         read_offset = self._read_offset
         acks_enabled_for = app.topics.acks_enabled_for
         others: dict[Any, list[Any]] = {}
+        waiting: list[tuple[Any, Any, list[Any], int | None]] = []  # for a full lane: (lane, tp, records, read offset)
         for tp, recs in records.items():
             if not self.flow_active or app.consumer_generation_id != generation:
                 return
             if not (active is None or tp in active or tp in self._buffered_partitions):
                 continue
-            if tp.topic not in lane.topics:
+            lane = lanes.get(tp.topic)
+            if lane is None:
                 others[tp] = recs
                 continue
             app.monitor.track_tp_end_offset(tp, self.highwater(tp))
@@ -322,15 +331,21 @@ class LockstepConsumer(faust_aiokafka.Consumer):
                     r_offset = offset
             if not kept:
                 continue
-            if lane.full():  # backpressure: wait for the ingest agent (or a rebalance)
+            if lane.full():  # its agent is behind: the other lanes' records of this fetch go first
+                waiting.append((lane, tp, kept, r_offset))
+                continue
+            lane.put(tp, kept, generation)
+            read_offset[tp] = r_offset
+        for lane, tp, kept, r_offset in waiting:
+            if lane.full():  # backpressure: wait for the lane's agent (or a rebalance)
                 await self.wait_first(lane.wait_room(), self.suspend_flow.wait())
                 if not self.flow_active or app.consumer_generation_id != generation:
                     return
             lane.put(tp, kept, generation)
             read_offset[tp] = r_offset
-            if self._commit_every is not None and self._n_acked >= self._commit_every:
-                self._n_acked = 0
-                await self.commit()
+        if self._commit_every is not None and self._n_acked >= self._commit_every:
+            self._n_acked = 0
+            await self.commit()
         if others:
             to_message = self._to_message
             for tp, record in self.scheduler.iterate(others):

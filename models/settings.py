@@ -148,6 +148,16 @@ class LockstepSettings(BaseSettings):
         default=True, description="Telemetry records go from the consumer's fetch loop to the ingest agent a "
         "fetch at a time (agents.lane), not through Faust's per-message hand-over; off only to compare the two"
     )
+    correlate_lane: bool = Field(
+        default=True, description="Anomalies records go from the consumer's fetch loop to the correlate agent a "
+        "fetch at a time (agents.lane), taken all at once when the agent gets the loop; off, through Faust's "
+        "stream one record each time the loop comes round (behind a busy ingest agent, seconds of alert latency: "
+        "docs/performance.md); off only to compare the two"
+    )
+    correlate_batch_records: int = Field(
+        default=2000, ge=1, le=100_000, description="Most anomalies records the correlate agent takes from its "
+        "lane at once"
+    )
     ingest_batch_within_s: float = Field(
         default=0.2, gt=0, le=5, description="Cadence of the ingest agent's batches (wall seconds "
         "from one batch to the next; a batch that took longer is followed at once by what queued up); shorter "

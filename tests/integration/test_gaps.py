@@ -109,7 +109,7 @@ def test_a_hole_in_the_offsets_handed_to_ingest_is_read_from_the_broker_in_order
         return {name: counter(worker, name, topic=topic) for name in
                 ("lockstep_samples_in_total", "lockstep_out_of_order_total", "lockstep_messages_in_total")} | {
             "filled": counter(worker, "lockstep_input_gaps_total", topic=topic, outcome="filled"),
-            "lane": counter(worker, "lockstep_ingest_lane_records_total", outcome="taken")}
+            "lane": counter(worker, "lockstep_lane_records_total", lane="ingest", outcome="taken")}
 
     got, commit = asyncio.run(with_hole(settings, topic, scrape, last, figures))
     assert got["lockstep_samples_in_total"] == 30 * 4  # every sample, the hole's included
@@ -127,12 +127,14 @@ def test_a_hole_in_the_offsets_handed_to_correlate_is_folded_in(settings: Lockst
         corr = worker.state.correlators.get(0) if worker.state else None
         return corr.last_offset if corr is not None else None
 
-    async def annotations(worker: Worker) -> tuple[list[str], float]:
+    async def annotations(worker: Worker) -> tuple[list[str], float, float]:
         assert worker.state is not None
         ids = [a["annotation_id"] for a in worker.state.correlators[0].signals.annotations]
-        return ids, counter(worker, "lockstep_input_gaps_total", topic=topic, outcome="filled")
+        return (ids, counter(worker, "lockstep_input_gaps_total", topic=topic, outcome="filled"),
+                counter(worker, "lockstep_lane_records_total", lane="correlate", outcome="taken"))
 
-    (ids, filled), commit = asyncio.run(with_hole(settings, topic, annotation, last, annotations))
+    (ids, filled, lane), commit = asyncio.run(with_hole(settings, topic, annotation, last, annotations))
     assert ids == [f"a{k}" for k in range(30)]  # in offset order, none lost
     assert filled == 1
+    assert lane == 20  # offsets 0..9 and 20..29 came through the correlate lane (agents.lane), the hole around it
     assert commit == 30
