@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -172,11 +173,18 @@ class PartitionPipeline:
         #: The NIC and switch-port rollup of this partition, published as summaries for every read model
         #: (streams.fabric_publish); None: the fabric report is off.
         self.fabric = PartitionFabric(fabric, fabric_interval_s) if fabric is not None else None
-        #: The validate stage's index of typed rows (:class:`streams.ingest.Row`): (layer, source, the
-        #: labels' raw JSON bytes) -> metric -> series id, for series the registry holds (a series' metrics
-        #: share one entry: half the memory of one key per series). Not state: rebuilt from the registry
-        #: as rows come (:meth:`index_row`), emptied when series are evicted.
-        self.row_ids: dict[tuple[str, str, bytes], dict[str, int]] = {}
+        #: The validate stage's index of typed rows (:class:`streams.ingest.Row`), for series the registry
+        #: holds: (layer, source, the labels' raw JSON bytes) -> an entry ``(layout, id, id, ...)``, the
+        #: series ids of that label set's metrics, where ``layout`` maps each metric to its id's position
+        #: in the entry: ``entry[entry[0][metric]]`` is the series id, and a metric not in the layout is not
+        #: indexed (a KeyError, as for a label set not indexed). Label sets with the same metrics (every GPU's
+        #: DCGM fields) share one layout (:attr:`row_layouts`), so each holds only a tuple of the registry's
+        #: own id objects. Not state: rebuilt from the registry as rows come (:meth:`index_rows`), emptied
+        #: (with the layouts) when series are evicted.
+        self.row_ids: dict[tuple[str, str, bytes], tuple[Any, ...]] = {}
+        #: The layouts of :attr:`row_ids`, by their metrics in position order (sorted): one per distinct
+        #: metric set indexed since the index was last emptied.
+        self.row_layouts: dict[tuple[str, ...], dict[str, int]] = {}
 
     # -- series bookkeeping -------------------------------------------------------------------
     def register_new(self, out: PipelineOutput | None) -> None:
@@ -215,12 +223,33 @@ class PartitionPipeline:
         if self.fabric is not None:
             self.fabric.register(added, reg.meta)
 
-    def index_row(self, sid: int, labels_raw: bytes) -> None:
-        """Let typed rows of series ``sid`` whose labels are the JSON text ``labels_raw`` find it (the
-        validate stage found those labels to be the series'). The keys hold the registry's own strings."""
-        key = self.registry.keys[sid]
-        assert key is not None
-        self.row_ids.setdefault((key[0], key[1], labels_raw), {})[key[2]] = sid
+    def index_rows(self, found: Sequence[tuple[int, bytes]]) -> None:
+        """Let typed rows find the series of ``found``: pairs of a series id and the JSON text of labels
+        the validate stage found to be that series' labels. Each label set's entry is rebuilt once with
+        all its new metrics (a message usually brings every metric of a label set at once), and takes
+        the shared layout of its metric set. The keys and layouts hold the registry's own strings."""
+        keys = self.registry.keys
+        adds: dict[tuple[str, str, bytes], dict[str, int]] = {}
+        for sid, labels_raw in found:
+            key = keys[sid]
+            assert key is not None
+            adds.setdefault((key[0], key[1], labels_raw), {})[key[2]] = sid
+        index, layouts = self.row_ids, self.row_layouts
+        for row_key, ids in adds.items():
+            entry = index.get(row_key)
+            if entry is not None:
+                ids = {metric: entry[pos] for metric, pos in entry[0].items()} | ids
+            metrics = tuple(sorted(ids))
+            layout = layouts.get(metrics)
+            if layout is None:
+                layout = layouts[metrics] = {metric: pos for pos, metric in enumerate(metrics, 1)}
+            index[row_key] = (layout, *[ids[metric] for metric in metrics])
+
+    def row_index_items(self) -> Iterator[tuple[tuple[str, str, bytes], str, int]]:
+        """Every (layer, source, labels' raw JSON bytes), metric and series id :attr:`row_ids` finds."""
+        for row_key, entry in self.row_ids.items():
+            for metric, pos in entry[0].items():
+                yield row_key, metric, entry[pos]
 
     def _sweep(self, out: PipelineOutput, refused: bool, messages: Sequence[tuple[bytes, Origin]]) -> None:
         """Evict the series without a sample for ``limits.idle_s`` of the partition's event time.
@@ -261,6 +290,7 @@ class PartitionPipeline:
         gone = self.registry.evict(sids)
         # An evicted id is reused by the next new series: no row may find it under its old labels.
         self.row_ids = {}
+        self.row_layouts = {}
         self.rates.clear(sids)
         self.detector.clear(sids)
         self._lane[sids] = -1
@@ -382,6 +412,7 @@ class PartitionPipeline:
         arrays, meta = unpack(blob)
         self.registry = SeriesRegistry.restore(meta["series"], self.config.limits)
         self.row_ids = {}
+        self.row_layouts = {}
         if arrays["rates.last_ts"].shape[0] != self.registry.size:
             raise ValueError("snapshot: the state arrays and the series registry differ in size")
         self.rates = CounterRates()
@@ -411,15 +442,22 @@ class PartitionPipeline:
 
     def state_bytes(self) -> dict[str, float]:
         """Bytes of state by part (numpy arrays at their allocated capacity, plus the registry); ``lanes``
-        is this object's own per-series arrays (lane, job set and its inventory version, source code)."""
+        is this object's own per-series arrays (lane, job set and its inventory version, source code);
+        ``row_index`` the validate stage's :attr:`row_ids` with its shared layouts (not state: not
+        snapshotted, but held)."""
         n = max(len(self.registry), 1)
         parts = {k: v * max(self.detector.mode.shape[0], 1) for k, v in self.detector.nbytes_per_series().items()}
         parts["rates"] = float(self.rates.last_ts.nbytes + self.rates.last_value.nbytes)
         parts["registry"] = float(self.registry.nbytes())
         parts["lanes"] = float(self._lane.nbytes + self._jobset.nbytes + self._jobset_version.nbytes
                                + self._src_code.nbytes)
-        parts["row_index"] = float(sys.getsizeof(self.row_ids) + sum(
-            sys.getsizeof(k) + sys.getsizeof(k[2]) + sys.getsizeof(m) for k, m in self.row_ids.items()))
+        # the index: its table, each key with its labels' bytes and its entry, and each shared layout
+        # once with its metrics tuple (the strings and ids are the registry's own objects)
+        parts["row_index"] = float(
+            sys.getsizeof(self.row_ids)
+            + sum(sys.getsizeof(k) + sys.getsizeof(k[2]) + sys.getsizeof(e) for k, e in self.row_ids.items())
+            + sys.getsizeof(self.row_layouts)
+            + sum(sys.getsizeof(m) + sys.getsizeof(layout) for m, layout in self.row_layouts.items()))
         parts["per_series"] = sum(parts.values()) / n
         return parts
 

@@ -1,10 +1,12 @@
 """``validate``: each decoded record to a sample of a known series, or a dead letter.
 
 Typed rows (the decode stage's fast path, :class:`streams.ingest.Row`) of series already held take the
-fastest path: each row's series is found by its raw key (layer, source, the labels' JSON bytes, then the
-metric: :attr:`PartitionPipeline.row_ids`), and the message's times and values are checked at once.
-A row's raw key is indexed the first time its labels are found among the series the general path
-validated, so a row it finds is of a series whose identity the general path checked. A message with a row of a
+fastest path: each row's series is found by its raw key (layer, source, the labels' JSON bytes: an entry
+of :attr:`PartitionPipeline.row_ids`, then the metric: its position in the entry's shared layout,
+``entry[entry[0][metric]]``), and the message's times and values are checked at once. A row's raw key
+is indexed the first time its labels are found among the series the general path validated (a
+message's new keys at once, :meth:`PartitionPipeline.index_rows`), so a row it finds is of a series
+whose identity the general path checked. A message with a row of a
 series not held yet, or any value the checks refuse, goes through the general path instead, as if the
 fast path had not looked at it.
 
@@ -65,7 +67,7 @@ class Validate:
         (nothing added) sends the message down the general path."""
         index = batch.part.row_ids
         try:
-            sids = [index[(r.layer, r.source, bytes(r.labels))][r.metric] for r in rows]
+            sids = [(e := index[(r.layer, r.source, bytes(r.labels))])[e[0][r.metric]] for r in rows]
         except KeyError:
             found = self._index_rows(batch, rows)
             if found is None:
@@ -105,22 +107,26 @@ class Validate:
         reg = part.registry
         index = part.row_ids
         sids = []
+        found: list[tuple[int, bytes]] = []
         for r in rows:
             labels_raw = bytes(r.labels)
-            metrics = index.get((r.layer, r.source, labels_raw))
-            sid = None if metrics is None else metrics.get(r.metric)
-            if sid is None:
-                try:
-                    labels = orjson.loads(labels_raw)
-                except orjson.JSONDecodeError:
-                    return None
-                if type(labels) is not dict:
-                    return None
-                sid = reg.lookup_raw(raw_key(r.layer, r.source, r.metric, labels))
-                if sid < 0:
-                    return None
-                part.index_row(sid, labels_raw)
+            entry = index.get((r.layer, r.source, labels_raw))
+            if entry is not None:
+                pos = entry[0].get(r.metric)
+                if pos is not None:
+                    sids.append(entry[pos])
+                    continue
+            try:
+                labels = orjson.loads(labels_raw)
+            except orjson.JSONDecodeError:
+                labels = None
+            sid = reg.lookup_raw(raw_key(r.layer, r.source, r.metric, labels)) if type(labels) is dict else -1
+            if sid < 0:
+                part.index_rows(found)  # the rows found before this one are indexed all the same
+                return None
+            found.append((sid, labels_raw))
             sids.append(sid)
+        part.index_rows(found)
         return sids
 
     def _records(self, batch: Batch, m: int, records: list[Any], refusals: dict[int, list[int]]) -> None:

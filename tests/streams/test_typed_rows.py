@@ -61,7 +61,7 @@ def general_path_only() -> Any:
 
 def indexed(p: PartitionPipeline) -> list[int]:
     """The series ids the row index finds."""
-    return [sid for metrics in p.row_ids.values() for sid in metrics.values()]
+    return [sid for _, _, sid in p.row_index_items()]
 
 
 def comparable(out: PipelineOutput) -> str:
@@ -179,10 +179,14 @@ def test_known_series_take_the_fast_path_and_a_new_one_the_general_path() -> Non
     p.process_many([(orjson.dumps([record(s, T0 + 1, 2.0) for s in range(4)]), Origin("t", 0, 1))])
     assert sorted(indexed(p)) == [0, 1, 2, 3]
     # the keys hold the registry's own strings, not the decoded copies
-    for key, metrics in p.row_ids.items():
-        for metric, sid in metrics.items():
-            held = p.registry.keys[sid]
-            assert held is not None and key[0] is held[0] and key[1] is held[1] and metric is held[2]
+    for key, metric, sid in p.row_index_items():
+        held = p.registry.keys[sid]
+        assert held is not None and key[0] is held[0] and key[1] is held[1] and metric is held[2]
+    # label sets with the same metrics share one layout: here the three GPUs' (one metric each)
+    assert len(p.row_ids) == 4 and len(p.row_layouts) == 2
+    gpu0 = p.row_ids[("gpu", "n1", b'{"gpu":"0","UUID":"GPU-1"}')]
+    gpu1 = p.row_ids[("gpu", "n1", b'{"gpu":"1","UUID":"GPU-2"}')]
+    assert gpu0[0] is gpu1[0] and gpu0[1:] == (0,) and gpu1[1:] == (1,)
     out = p.process_many([(orjson.dumps([record(s, T0 + 2, 3.0) for s in range(6)]), Origin("t", 0, 2))])
     assert out.samples == 6 and len(p.registry) == 6
 
@@ -200,7 +204,32 @@ def test_an_evicted_id_reused_by_another_series_is_not_found_under_the_old_label
     sid0 = p.registry.lookup_raw(("gpu", "n1", "DCGM_FI_DEV_GPU_UTIL", (("gpu", "0"), ("UUID", "GPU-1"))))
     sid1 = p.registry.lookup_raw(("gpu", "n1", "DCGM_FI_DEV_GPU_UTIL", (("gpu", "1"), ("UUID", "GPU-2"))))
     assert sid0 >= 0 and sid1 >= 0 and sid0 != sid1
-    assert p.row_ids[("gpu", "n1", b'{"gpu":"0","UUID":"GPU-1"}')]["DCGM_FI_DEV_GPU_UTIL"] == sid0
+    entry = p.row_ids[("gpu", "n1", b'{"gpu":"0","UUID":"GPU-1"}')]
+    assert entry[entry[0]["DCGM_FI_DEV_GPU_UTIL"]] == sid0
+
+
+def test_a_label_set_indexed_again_with_a_new_metric_keeps_the_ids_it_had() -> None:
+    """Series of one label set come in separate messages: each time the label set's entry is rebuilt with
+    the new metric in its place, and label sets with the same metrics share a layout."""
+    labels = [{"gpu": "0", "UUID": "GPU-1"}, {"gpu": "1", "UUID": "GPU-2"}]
+    metrics = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP"]
+
+    def msg(k: int, gpu: int, upto: int) -> bytes:
+        return orjson.dumps([{"ts": T0 + k, "layer": "gpu", "source": "n1", "metric": metric, "value": 1.0 + k,
+                              "labels": labels[gpu]} for metric in metrics[:upto]])
+
+    batches = [[msg(k, gpu, upto)] for k, (gpu, upto) in enumerate(
+        [(0, 1), (0, 1), (0, 2), (0, 2), (1, 3), (0, 3), (0, 3), (1, 3)])]
+    fast, general, p = both(batches)
+    assert fast == general
+    assert sorted(indexed(p)) == list(range(6))
+    for gpu in (0, 1):
+        entry = p.row_ids[("gpu", "n1", orjson.dumps(labels[gpu]))]
+        for metric in metrics:
+            held = p.registry.keys[entry[entry[0][metric]]]
+            assert held is not None and held[2] == metric and dict(held[3]) == labels[gpu]
+    assert len(p.row_layouts) == 3  # one metric, two, then the three both GPUs share
+    assert p.row_ids[("gpu", "n1", orjson.dumps(labels[0]))][0] is p.row_ids[("gpu", "n1", orjson.dumps(labels[1]))][0]
 
 
 def test_a_restored_partition_rebuilds_its_row_index_from_the_registry() -> None:
@@ -209,7 +238,7 @@ def test_a_restored_partition_rebuilds_its_row_index_from_the_registry() -> None
         p.process_many([(orjson.dumps([record(s, T0 + k, 1.0 + k) for s in range(6)]), Origin("t", 0, k))])
     q = partition()
     q.restore(p.snapshot())
-    assert q.row_ids == {}
+    assert q.row_ids == {} and q.row_layouts == {}
     # The registry restores each series under its sorted labels: the first message after the restore
     # takes the general path (which holds each series under the order its source sends again), the
     # next one the fast path.
