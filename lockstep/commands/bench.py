@@ -292,7 +292,8 @@ def table(doc: dict[str, Any]) -> str:
     rows.append(f"| batched, do-nothing Faust agent / with Lockstep's hand-over, vs bare | {_with_cpu(stock_b)} / "
                 f"{_with_cpu(b.get('faust_noop')) if b.get('faust_noop') else skipped} | bare {_sps(b['bare'])} | "
                 f"{_paired(stock_b, b['bare'])} | {_paired(stock_b, b['bare'], 'samples_per_cpu_s')} | (reference) |")
-    cluster = f", {lat['gpus']:,}-GPU cluster" if lat.get("gpus") else ""
+    cluster = (f", {lat['gpus']:,}-GPU cluster" + (f" in {lat['jobs']} jobs" if lat.get("jobs") else "")
+               if lat.get("gpus") else "")
     hi = doc.get("latency_80")
     rows.append(f"| alert latency at {lat['rate_samples_per_s']:,.0f} samples/s (50% of max{cluster}), p50 / p99 | "
                 f"{lat['p50_s']} s / {lat['p99_s']} s ({lat['measured']} alerts{_p99s(lat)}) | - | - | - | "
@@ -309,7 +310,9 @@ def table(doc: dict[str, Any]) -> str:
         found = doc["live_max"]
         steps = "; ".join(f"{t['rate_samples_per_s']:,.0f} {'kept up' if t['kept_up'] else 'behind'}"
                           f" ({t['cpu_cores']} core)" for t in found["trials"])
-        rows.append(f"| highest rate 1 worker sustains live ({found.get('step_s', 10):.0f} s steps, everything "
+        shape = (f"{found['gpus']:,} GPUs in {found['jobs']} jobs, " if found.get("gpus") and found.get("jobs")
+                 else "")
+        rows.append(f"| highest rate 1 worker sustains live ({shape}{found.get('step_s', 10):.0f} s steps, everything "
                     f"processed within {found.get('drain_allowed_s', 0.5)} s of the last scrape) | "
                     f"{found['live_max_samples_per_s']:,.0f} samples/s | backlog rate {_sps(b['worker'])} | "
                     f"{_ratio(found['live_max_samples_per_s'], b['worker'].get('samples_per_s'))} | - | "
