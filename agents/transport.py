@@ -308,7 +308,7 @@ class LockstepConsumer(faust_aiokafka.Consumer):
         read_offset = self._read_offset
         acks_enabled_for = app.topics.acks_enabled_for
         others: dict[Any, list[Any]] = {}
-        waiting: list[tuple[Any, Any, list[Any], int | None]] = []  # for a full lane: (lane, tp, records, read offset)
+        handed: list[tuple[Any, Any, list[Any], int | None]] = []  # (lane, tp, records, read offset)
         for tp, recs in records.items():
             if not self.flow_active or app.consumer_generation_id != generation:
                 return
@@ -331,12 +331,9 @@ class LockstepConsumer(faust_aiokafka.Consumer):
                     r_offset = offset
             if not kept:
                 continue
-            if lane.full():  # its agent is behind: the other lanes' records of this fetch go first
-                waiting.append((lane, tp, kept, r_offset))
-                continue
-            lane.put(tp, kept, generation)
-            read_offset[tp] = r_offset
-        for lane, tp, kept, r_offset in waiting:
+            handed.append((lane, tp, kept, r_offset))
+        handed.sort(key=lambda h: h[0].full())  # a full lane's records last: the other lanes' go without waiting
+        for lane, tp, kept, r_offset in handed:
             if lane.full():  # backpressure: wait for the lane's agent (or a rebalance)
                 await self.wait_first(lane.wait_room(), self.suspend_flow.wait())
                 if not self.flow_active or app.consumer_generation_id != generation:

@@ -597,7 +597,7 @@ LATENCY_HIGH_LOAD = 0.8
 #: batch behind (0.1-0.3 s measured), one 5 % short of the rate is half a second behind by then.
 LIVE_DRAIN_S = 0.5
 LIVE_STEP_S = 10.0
-#: Nodes a job in the latency run's cluster (and the live maximum's): 32 jobs on 1,024 GPUs.
+#: Nodes a job in the latency run's cluster (and the live maximum's): 29 jobs on 1,024 GPUs (90 % busy).
 LATENCY_JOB_NODES = 4
 
 
@@ -633,7 +633,7 @@ async def live_max(bench: Bench, start: float, gpus: int = 1024, steps: int = 4,
     The cluster is the latency run's (``jobs_nodes`` nodes a job: :data:`LATENCY_JOB_NODES`), so "80 % of
     the live maximum" is 80 % of what the worker sustains on the traffic whose latency is measured. Until
     the thirteenth session it was the load generator's default of 32 nodes a job (4 jobs on 1,024 GPUs
-    instead of 32): cheaper per sample (per-job correlation, step times and peers), so the latency run
+    instead of 29): cheaper per sample (per-job correlation, step times and peers), so the latency run
     ran at more than 80 % of its own maximum.
     """
     from agents.topics import create_topics
@@ -643,6 +643,7 @@ async def live_max(bench: Bench, start: float, gpus: int = 1024, steps: int = 4,
     await create_topics(settings, bench.bootstrap)
     proc = bench.spawn_worker(settings, f"{name}-worker")
     spec = LoadSpec(gpus=gpus, nodes_per_job=jobs_nodes)
+    gen = LoadGenerator(spec)
     trials: list[dict[str, Any]] = []
     sent_total = 0
 
@@ -662,7 +663,7 @@ async def live_max(bench: Bench, start: float, gpus: int = 1024, steps: int = 4,
         k, sent_total = 10, warm["samples"]
         await drained(60.0)
         rate, lo, hi = start, 0.0, None
-        per_scrape = LoadGenerator(spec).samples_per_scrape
+        per_scrape = gen.samples_per_scrape
         for _ in range(steps):
             scrapes = max(10, math.ceil(LIVE_STEP_S * rate / per_scrape))
             cpu0 = cpu_seconds(proc.pid)
@@ -684,7 +685,7 @@ async def live_max(bench: Bench, start: float, gpus: int = 1024, steps: int = 4,
     finally:
         bench.stop(proc)
     return {"live_max_samples_per_s": round(lo, 1), "trials": trials, "gpus": gpus,
-            "jobs": len(LoadGenerator(spec).jobs), "step_s": LIVE_STEP_S, "drain_allowed_s": LIVE_DRAIN_S}
+            "jobs": len(gen.jobs), "step_s": LIVE_STEP_S, "drain_allowed_s": LIVE_DRAIN_S}
 
 
 def _sent_rate(lat: dict[str, Any]) -> float:
