@@ -3,7 +3,8 @@
 Typed rows (the decode stage's fast path, :class:`streams.ingest.Row`) of series already held take the
 fastest path: each row's series is found by its raw key (layer, source, the labels' JSON bytes: an entry
 of :attr:`PartitionPipeline.row_ids`, then the metric: its position in the entry's shared layout,
-``entry[entry[0][metric]]``), and the message's times and values are checked at once. A row's raw key
+``entry[entry[0][metric]]``; the entry looked up once per run of rows with the same labels, source and
+layer), and the message's times and values are checked at once. A row's raw key
 is indexed the first time its labels are found among the series the general path validated (a
 message's new keys at once, :meth:`PartitionPipeline.index_rows`), so a row it finds is of a series
 whose identity the general path checked. A message with a row of a
@@ -66,8 +67,20 @@ class Validate:
         """Message ``m``'s typed rows as samples, if every row is of a series held and in range; False
         (nothing added) sends the message down the general path."""
         index = batch.part.row_ids
+        sids: list[int] = []
+        append = sids.append
+        # A scrape lists a label set's metrics one after another (a GPU's dozen, a port's counters): the
+        # entry is looked up again only when the row's labels, source or layer differ from the row before
+        # (the raw labels compared as bytes, without the copy and hash the look-up needs).
+        labels: Any = None
+        source = layer = ""
+        e: Any = None
         try:
-            sids = [(e := index[(r.layer, r.source, bytes(r.labels))])[e[0][r.metric]] for r in rows]
+            for r in rows:
+                if r.labels != labels or r.source != source or r.layer != layer:
+                    labels, source, layer = r.labels, r.source, r.layer
+                    e = index[(layer, source, bytes(labels))]
+                append(e[e[0][r.metric]])
         except KeyError:
             found = self._index_rows(batch, rows)
             if found is None:

@@ -232,6 +232,27 @@ def test_a_label_set_indexed_again_with_a_new_metric_keeps_the_ids_it_had() -> N
     assert p.row_ids[("gpu", "n1", orjson.dumps(labels[0]))][0] is p.row_ids[("gpu", "n1", orjson.dumps(labels[1]))][0]
 
 
+def test_consecutive_rows_with_the_same_labels_but_another_source_or_layer_find_their_own_series() -> None:
+    """The look-up is skipped for a row whose labels, source and layer are the previous row's: a change
+    of source or layer alone (the same label text, the same metric) still finds that row's series."""
+    keys = [("gpu", "n1"), ("gpu", "n1"), ("gpu", "n2"), ("nic", "n2"), ("nic", "n2"), ("gpu", "n1")]
+    metrics = ["m", "k", "m", "m", "k", "x"]
+
+    def msg(t: int) -> bytes:
+        return orjson.dumps([{"ts": T0 + t, "layer": layer, "source": source, "metric": metric,
+                              "value": 10.0 * i + t, "labels": {"port": "1"}}
+                             for i, ((layer, source), metric) in enumerate(zip(keys, metrics, strict=True))])
+
+    fast, general, p = both([[msg(t)] for t in range(4)])
+    assert fast == general
+    assert len(p.registry) == 6 and sorted(indexed(p)) == list(range(6))
+    # the last batch went through the fast path: every row's value went to its own series
+    ids = [p.registry.lookup_raw((layer, source, metric, (("port", "1"),)))
+           for (layer, source), metric in zip(keys, metrics, strict=True)]
+    assert sorted(ids) == list(range(6))
+    assert p.detector.last_value[ids].tolist() == [10.0 * i + 3 for i in range(6)]
+
+
 def test_a_restored_partition_rebuilds_its_row_index_from_the_registry() -> None:
     p = partition()
     for k in range(3):
