@@ -31,7 +31,7 @@ from lockstep.broker import EmbeddedBroker
 from lockstep.render import render_alert
 from lockstep.replay import message_key
 from lockstep.simulate import SCENARIOS, Scenario, Simulator
-from lockstep.worker import Worker
+from lockstep.worker import Worker, settle_heap
 from models.inventory import inventory_adapter, inventory_key
 from models.settings import LockstepSettings
 from models.timeutil import format_ts
@@ -222,6 +222,7 @@ async def run(settings: LockstepSettings, *, scenario: str = "seed-incident", sp
         settings, token = demo_token(settings)
         worker = Worker(settings, bootstrap, serve_web=True)
         await worker.start()
+        settle_heap(settings.gc_young_threshold)
         out.write(f"lockstep: worker up; simulating {len(sim.nodes)} nodes x {sim.cluster.gpus_per_node} GPUs, "
                   f"{len(sim.cluster.jobs)} jobs; scenario {scenario} at {speed:g}x ({sc.description})\n")
         out.write(f"lockstep: {fault_banner(sc, anchor, time.time(), speed)}; event times run behind the wall "

@@ -140,6 +140,12 @@ class LockstepSettings(BaseSettings):
         "snapshot): the last ones before the commit; what is left out is logged. 20,000 is about 22 minutes of "
         "a 1,024-GPU cluster's partition at 8 partitions, 40 s to read back (docs/operations.md)"
     )
+    gc_young_threshold: int = Field(
+        default=10_000, ge=0, le=1_000_000, description="A worker process freezes its start-up heap (gc.freeze: "
+        "modules, the app) once it consumes, so that full collections no longer scan it, and collects its "
+        "youngest generation every this many allocations (Python's default 700). 0 leaves Python's collector "
+        "as it is (docs/performance.md)"
+    )
     ingest_batch_messages: int = Field(
         default=4000, ge=1, le=100_000, description="Most messages (all input partitions) the ingest agent "
         "processes as one batch"

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 async def _main(settings: LockstepSettings, create: bool) -> int:
     from agents.topics import create_topics
     from lockstep.broker import EmbeddedBroker
-    from lockstep.worker import Worker
+    from lockstep.worker import Worker, settle_heap
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -44,6 +44,7 @@ async def _main(settings: LockstepSettings, create: bool) -> int:
             await create_topics(settings, bootstrap)
         worker = Worker(settings, bootstrap, serve_web=True)
         await worker.start()
+        settle_heap(settings.gc_young_threshold)
         print(f"lockstep worker: consuming from {bootstrap} as {settings.app_id}; API and page at "
               f"{worker.web_url}/", file=sys.stderr)
         while not stop.is_set():
