@@ -180,13 +180,20 @@ class Correlate:
         if math.isfinite(wm):
             metrics.watermark.labels(str(partition)).set(wm)
         last = state.last_correlator_snapshot.get(partition, -math.inf)
-        if out.changed or out.finished or (math.isfinite(wm) and wm - last >= rt.settings.snapshot_interval_s):
+        now = time.monotonic()
+        # Due after outputs went out (a restart must not repeat them), else every snapshot_interval_s of event
+        # time and at most once per snapshot_wall_floor_s of wall time (a catch-up runs event time faster).
+        if out.changed or out.finished or (
+                math.isfinite(wm) and wm - last >= rt.settings.snapshot_interval_s
+                and now - state.last_correlator_snapshot_wall.get(partition, -math.inf)
+                >= rt.settings.snapshot_wall_floor_s):
             # Outputs first, then the state that produced them: a crash never leaves a snapshot whose
             # alerts were lost (restart skips what a snapshot holds; see docs/performance.md). The
             # snapshot is taken now and written after the producer flush, off this agent's path.
             rt.snapshots.put(rt.correlator_table, CORRELATOR_STATE_TABLE, str(partition), corr.snapshot(), partition,
                              owned=lambda: state.correlators.get(partition) is corr)
             state.last_correlator_snapshot[partition] = wm if math.isfinite(wm) else last
+            state.last_correlator_snapshot_wall[partition] = now
         if out.finished:
             state.finished_partitions.add(partition)
             if rt.on_finished is not None:

@@ -62,6 +62,8 @@ class WorkerState:
     correlators: dict[int, JobPartition] = field(default_factory=dict)
     correlator_resume_check: set[int] = field(default_factory=set)
     last_correlator_snapshot: dict[int, float] = field(default_factory=dict)
+    #: monotonic time of each correlation partition's last snapshot (the wall floor, agents.correlating)
+    last_correlator_snapshot_wall: dict[int, float] = field(default_factory=dict)
     published_wm: dict[str, float] = field(default_factory=dict)
     eos: set[str] = field(default_factory=set)
     wm_dirty: bool = False
