@@ -31,6 +31,7 @@ from models.errors import InternalError, ValidationFailed
 from streams.fabric_health import health_records
 from streams.jobs import JobPartition
 from streams.ledger import LedgerEntry, entry_of
+from streams.snapshot import wall_due
 
 log = logging.getLogger("lockstep.agents")
 
@@ -185,8 +186,8 @@ class Correlate:
         # time and at most once per snapshot_wall_floor_s of wall time (a catch-up runs event time faster).
         if out.changed or out.finished or (
                 math.isfinite(wm) and wm - last >= rt.settings.snapshot_interval_s
-                and now - state.last_correlator_snapshot_wall.get(partition, -math.inf)
-                >= rt.settings.snapshot_wall_floor_s):
+                and wall_due(f"correlation:{partition}", now, state.last_correlator_snapshot_wall.get(partition),
+                             rt.settings.snapshot_wall_floor_s)):
             # Outputs first, then the state that produced them: a crash never leaves a snapshot whose
             # alerts were lost (restart skips what a snapshot holds; see docs/performance.md). The
             # snapshot is taken now and written after the producer flush, off this agent's path.

@@ -103,6 +103,31 @@ def _unpack_npz(blob: bytes) -> tuple[dict[str, np.ndarray], Any]:
     return arrays, meta
 
 
+def _phase(name: str) -> float:
+    """A fraction in [0, 1) drawn from ``name``: where an input's snapshots fall in an interval."""
+    return (zlib.crc32(name.encode()) % 1000) / 1000.0
+
+
+def wall_due(name: str, now: float, last_wall: float | None, wall_floor_s: float) -> bool:
+    """Whether ``wall_floor_s`` of wall time allows input ``name`` a snapshot at ``now`` (any monotonic
+    clock) after one at ``last_wall`` (None: none yet). The wall time is cut into cells of the floor,
+    shifted by a phase drawn from the name, and an input has at most one snapshot a cell: inputs whose
+    first snapshots fell in one batch (a worker's start) do not all come due again in one batch a floor
+    later, a burst of every partition's snapshot that stalls the event loop (fourteenth session,
+    docs/performance.md). Two snapshots of an input are at least ``wall_floor_s`` apart on average and
+    never two in one cell.
+
+    >>> wall_due("gpu:0", 5.0, None, 10.0), wall_due("gpu:0", 5.0, 4.0, 0.0)
+    (True, True)
+    >>> [t for t in range(0, 40) if wall_due("gpu:0", float(t), 0.0, 10.0)][:1], _phase("gpu:0")
+    ([3], 0.706)
+    """
+    if last_wall is None or wall_floor_s <= 0:
+        return True
+    shift = wall_floor_s * _phase(name)
+    return math.floor((now + shift) / wall_floor_s) > math.floor((last_wall + shift) / wall_floor_s)
+
+
 def snapshot_due(name: str, watermark: float, last: float | None, interval_s: float, *,
                  now: float | None = None, last_wall: float | None = None, wall_floor_s: float = 0.0) -> bool:
     """Whether the state of input ``name`` is due for a snapshot at event time ``watermark``.
@@ -113,14 +138,15 @@ def snapshot_due(name: str, watermark: float, last: float | None, interval_s: fl
     the same batch (a burst that stalls the event loop and shows up in the alert latency).
 
     ``now`` and ``last_wall`` (wall time now and at the previous snapshot, any monotonic clock): a
-    snapshot also waits ``wall_floor_s`` since the previous one. Live, event time runs at wall speed
-    and the floor changes nothing; a catch-up runs event time many times faster, and a snapshot every
-    ``interval_s`` of it would cost the worker a fifth of its CPU (docs/performance.md). What a crash
-    makes the next owner re-read is bounded by the floor's worth of processing either way.
+    snapshot also waits for the next cell of ``wall_floor_s`` of wall time (:func:`wall_due`). Live,
+    event time runs at wall speed and the floor changes nothing; a catch-up runs event time many times
+    faster, and a snapshot every ``interval_s`` of it would cost the worker a fifth of its CPU
+    (docs/performance.md). What a crash makes the next owner re-read is bounded by the floor's worth of
+    processing either way.
 
-    >>> snapshot_due("gpu:0", 200.0, 100.0, 10.0, now=5.0, last_wall=0.0, wall_floor_s=10.0)
+    >>> snapshot_due("gpu:0", 200.0, 100.0, 10.0, now=2.0, last_wall=0.0, wall_floor_s=10.0)
     False
-    >>> snapshot_due("gpu:0", 200.0, 100.0, 10.0, now=10.0, last_wall=0.0, wall_floor_s=10.0)
+    >>> snapshot_due("gpu:0", 200.0, 100.0, 10.0, now=3.0, last_wall=0.0, wall_floor_s=10.0)
     True
 
     >>> snapshot_due("gpu:0", 100.0, None, 10.0)
@@ -137,7 +163,7 @@ def snapshot_due(name: str, watermark: float, last: float | None, interval_s: fl
     """
     if last is None:
         return True
-    if now is not None and last_wall is not None and now - last_wall < wall_floor_s:
+    if now is not None and not wall_due(name, now, last_wall, wall_floor_s):
         return False
-    phase = interval_s * (zlib.crc32(name.encode()) % 1000) / 1000.0
+    phase = interval_s * _phase(name)
     return math.floor((watermark + phase) / interval_s) > math.floor((last + phase) / interval_s)

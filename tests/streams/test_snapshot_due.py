@@ -38,3 +38,29 @@ def test_inputs_that_advance_together_spread_their_snapshots() -> None:
     # 56 inputs, 10 s interval: about 5.6 a second instead of 56 every tenth second
     assert max(per_second.values()) <= 15
     assert len([t for t in per_second if 1010 <= t < 1020]) >= 8
+
+
+def test_a_catch_up_spreads_the_snapshots_the_wall_floor_lets_through() -> None:
+    """A catch-up: event time runs 20x wall time and every input's first snapshot fell in the worker's first
+    batch. The wall floor (10 s) lets each input one snapshot a cell, the cells shifted per input: the inputs
+    do not all come due again in the same batch a floor later, and none snapshots twice within a cell."""
+    names = [f"lockstep.telemetry.{layer}:{p}" for layer in ("gpu", "nic", "host", "nccl", "step", "switch", "storage")
+             for p in range(8)]
+    walls = np.arange(0.0, 60.0, 0.25)  # a batch every 0.25 s of wall time
+    per_batch: dict[float, int] = {}
+    for name in names:
+        last: float | None = None
+        last_wall: float | None = None
+        taken_at = []
+        for now in walls.tolist():
+            if snapshot_due(name, 1000.0 + 20 * now, last, 10.0, now=now, last_wall=last_wall, wall_floor_s=10.0):
+                last, last_wall = 1000.0 + 20 * now, now
+                taken_at.append(now)
+        assert taken_at[0] == 0.0  # the first batch at once
+        gaps = np.diff(taken_at)
+        assert len(taken_at) == 7 and gaps.min() > 0 and np.allclose(gaps[1:], 10.0)  # one a cell after the first
+        for now in taken_at[1:]:
+            per_batch[now] = per_batch.get(now, 0) + 1
+    # 56 inputs, one snapshot each per 10 s: spread over the cell (40 batches) instead of 56 in one batch
+    assert max(per_batch.values()) <= 8
+    assert len([t for t in per_batch if 10 <= t < 20]) >= 20
