@@ -177,13 +177,14 @@ class Correlate:
             metrics.inhibited.labels(alert["type"]).inc()
         await self.emit_results(out)
         wm = corr.watermark
-        state.progress.correlation(partition, time.monotonic(), wm)
+        now = time.monotonic()
+        state.progress.correlation(partition, now, wm)
         if math.isfinite(wm):
             metrics.watermark.labels(str(partition)).set(wm)
         last = state.last_correlator_snapshot.get(partition, -math.inf)
-        now = time.monotonic()
         # Due after outputs went out (a restart must not repeat them), else every snapshot_interval_s of event
-        # time and at most once per snapshot_wall_floor_s of wall time (a catch-up runs event time faster).
+        # time and at most once a cell of snapshot_wall_floor_s of wall time (streams.snapshot.wall_due: a
+        # catch-up runs event time faster).
         if out.changed or out.finished or (
                 math.isfinite(wm) and wm - last >= rt.settings.snapshot_interval_s
                 and wall_due(f"correlation:{partition}", now, state.last_correlator_snapshot_wall.get(partition),

@@ -128,10 +128,10 @@ class LockstepSettings(BaseSettings):
     log_level: str = Field(default="info", pattern=r"^(debug|info|warn|error|crit)$")
     snapshot_interval_s: float = Field(default=10.0, gt=0, description="Event-time seconds between state snapshots")
     snapshot_wall_floor_s: float = Field(
-        default=10.0, ge=0, description="Wall seconds an input partition's state (and a correlation partition's, "
-        "between the snapshots its alerts make) waits at least between snapshots: a catch-up runs event time "
-        "many times faster than wall time; live the event-time interval decides. 0: the event-time interval "
-        "alone (docs/performance.md)"
+        default=10.0, ge=0, description="Wall seconds of a cell (shifted per partition) in which an input "
+        "partition's state (and a correlation partition's, besides the snapshots its alerts make) is snapshotted "
+        "at most once: a catch-up runs event time many times faster than wall time; live the event-time "
+        "interval decides. 0: the event-time interval alone (docs/performance.md)"
     )
     watermark_interval_s: float = Field(default=0.2, gt=0, description="Wall seconds between watermark broadcasts")
     ingest_catch_up_max_messages: int = Field(
