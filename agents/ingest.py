@@ -31,8 +31,9 @@ from agents.runtime import Runtime
 from agents.snapshots import read_snapshot
 from agents.topics import DETECTOR_STATE_TABLE
 from models.errors import InternalError
+from streams.detect import DetectorBank
 from streams.fabric import FabricConfig
-from streams.pipeline import Origin, PartitionPipeline, PipelineOutput, merged_points_records
+from streams.pipeline import Origin, PartitionPipeline, PipelineOutput, merged_points_records, run_together
 from streams.snapshot import snapshot_due
 
 log = logging.getLogger("lockstep.agents")
@@ -52,6 +53,22 @@ class Processed:
     hole: list[Any]
 
 
+@dataclass
+class Prepared:
+    """One input partition's share of an ingest batch, ready for its pipeline (agents.ingest.Ingest.prepare)."""
+
+    topic: str
+    partition: int
+    name: str
+    pipe: PartitionPipeline
+    #: the pipeline items: the hole read around Faust, then the messages not already in the state
+    items: list[tuple[bytes, Origin]]
+    hole: list[Any]
+    #: the batch's events of the partition, and its state's last offset before the batch
+    events: list[Any]
+    before: int | None
+
+
 def items_of(records: list[Any]) -> list[tuple[bytes, Origin]]:
     """Pipeline items of aiokafka records read around Faust (Kafka time in milliseconds)."""
     return [(raw_bytes(m.value), Origin(m.topic, m.partition, m.offset, m.timestamp / 1000.0, m.key))
@@ -66,6 +83,9 @@ class Ingest:
         self.resumes = ingest_resume_counter(rt.metrics)
         self.telemetry_topics = set(rt.catalogue.telemetry_topics)
         self.fabric = FabricSummaries(rt)
+        #: One detector bank for all the worker's input partitions: their rounds are scored together
+        #: (streams.pipeline.run_together), each pipeline holding its rows of it until it is dropped.
+        self.bank = state_bank(rt)
         #: agents.lane: the records a fetch at a time from the consumer (a worker on a broker), or None: the
         #: agent's Faust stream (Faust's test context, ``ingest_lane`` off)
         self.lane: BatchLane | None = None
@@ -89,6 +109,8 @@ class Ingest:
     async def _run(self, batches: Any) -> None:
         state = self.state
         async for events in batches:
+            # rows of pipelines dropped since the last batch are free again: no batch holds those now
+            self.bank.recycle()
             groups: dict[tuple[str, int], list[Any]] = {}
             now = time.monotonic()
             state.batch_started = now
@@ -98,23 +120,53 @@ class Ingest:
             for topic, partition in groups:
                 state.last_message[f"{topic}:{partition}"] = now
                 state.stalls.delivered(f"{topic}:{partition}", now)
-            done: list[Processed] = []
-            for (topic, partition), group in groups.items():
-                done += await self.process_group(topic, partition, group)
+            done = await self.process_groups(groups)
             await self.finish_batch([p for p in done if p.out is not None])
             state.batch_started = None
             state.progress.ingest(time.monotonic(), state.ingested_samples)
 
-    async def process_group(self, topic: str, partition: int, group: list[Any]) -> list[Processed]:
-        """One partition's messages of a batch; if that raises (a bug), retried one by one from the state
-        before the batch, and the message that raises alone is dead-lettered: nothing else is lost."""
+    async def process_groups(self, groups: dict[tuple[str, int], list[Any]]) -> list[Processed]:
+        """Each input partition's messages of a batch, run together (streams.pipeline.run_together: one
+        ``score`` stage for all, their pipelines sharing :attr:`bank`), then their outputs sent partition by
+        partition. A partition whose processing raises (a bug) is retried message by message from its state
+        before the batch (:meth:`retry`): the message that raises alone is dead-lettered, nothing else is
+        lost; a raise in the shared ``score`` stage retries every partition scored with it."""
+        prepared: list[Prepared] = []
+        done: list[Processed] = []
+        failed: list[tuple[str, int, list[Any], int | None]] = []
+        for (topic, partition), group in groups.items():
+            name = f"{topic}:{partition}"
+            before = self.last_offset_of(name)
+            try:
+                ready = await self.prepare(topic, partition, group)
+            except Exception:
+                log.exception("ingest batch failed on %s[%s]; retrying its %d messages one by one", topic, partition,
+                              len(group))
+                failed.append((topic, partition, group, before))
+                continue
+            if ready.items:
+                prepared.append(ready)
+            else:
+                done.append(Processed(name, partition, ready.pipe, None, []))
+        # From here to the outputs, no await: the pipelines run together as they are now.
+        started = time.perf_counter()
+        outs = run_together([(r.pipe, r.items) for r in prepared], timer=time.perf_counter)
+        self.metrics.stage_seconds.labels("ingest_batch").observe(time.perf_counter() - started)
+        for ready, out in zip(prepared, outs, strict=True):
+            if isinstance(out, Exception):
+                log.error("ingest batch failed on %s[%s]; retrying its %d messages one by one", ready.topic,
+                          ready.partition, len(ready.events), exc_info=out)
+                failed.append((ready.topic, ready.partition, ready.events, ready.before))
+                continue
+            done.append(await self.emit(ready, out))
+        for topic, partition, group, before in failed:
+            done += await self.retry(topic, partition, group, before)
+        return done
+
+    async def retry(self, topic: str, partition: int, group: list[Any], before: int | None) -> list[Processed]:
+        """A partition's messages of a batch whose processing raised (a bug), one by one from the state
+        before the batch: the message that raises alone is dead-lettered."""
         name = f"{topic}:{partition}"
-        before = self.state.pipelines[name].last_offset if name in self.state.pipelines else None
-        try:
-            return [await self.process_partition(topic, partition, group)]
-        except Exception:
-            log.exception("ingest batch failed on %s[%s]; retrying its %d messages one by one", topic, partition,
-                          len(group))
         self.metrics.batch_retries.labels(topic).inc()
         await self.rebuild(topic, partition, before)
         done = []
@@ -128,9 +180,14 @@ class Ingest:
                 await self.rebuild(topic, partition, event.message.offset, event.message.timestamp)
         return done
 
+    def last_offset_of(self, origin: str) -> int | None:
+        """The last input offset the partition's state holds (None: no state here, or none processed)."""
+        pipe = self.state.pipelines.get(origin)
+        return None if pipe is None else pipe.last_offset
+
     def new_pipeline(self, origin: str) -> PartitionPipeline:
         return PartitionPipeline(origin, self.rt.detector, self.rt.inventory, fabric=self.fabric.config,
-                                 fabric_interval_s=self.rt.settings.fabric_publish_interval_s)
+                                 fabric_interval_s=self.rt.settings.fabric_publish_interval_s, bank=self.bank)
 
     def pipeline_for(self, origin: str) -> PartitionPipeline:
         state, rt = self.state, self.rt
@@ -147,6 +204,7 @@ class Ingest:
                              pipe.watermark, pipe.last_offset)
                 except Exception:
                     log.exception("snapshot of %s unusable; starting from an empty baseline", origin)
+                    pipe.release()
                     pipe = self.new_pipeline(origin)
             elif rt.offsets is not None:  # first ever, or a snapshot not recovered: said, so a restart shows it
                 # A previous owner may have processed records and the group committed them without a
@@ -161,11 +219,13 @@ class Ingest:
             state.pipelines[origin] = pipe
         return pipe
 
-    async def process_partition(self, topic: str, partition: int, events: list[Any]) -> Processed:
-        """Process one input partition's messages of a batch and send their anomalies, clocks and dead
-        letters; what is per batch (points, progress, snapshots) is left to :meth:`finish_batch`."""
-        rt, state, metrics = self.rt, self.state, self.metrics
+    async def prepare(self, topic: str, partition: int, events: list[Any]) -> Prepared:
+        """One input partition's messages of a batch as pipeline items: its pipeline (restored if new here,
+        made consistent with where Faust resumed it), less what it already holds (delivered again), plus
+        the hole read around Faust before them."""
+        rt, state = self.rt, self.state
         name = f"{topic}:{partition}"
+        before = self.last_offset_of(name)
         pipe = self.pipeline_for(name)
         items = [(raw_bytes(e.value), Origin(topic, partition, e.message.offset, e.message.timestamp, e.message.key))
                  for e in events]
@@ -182,15 +242,29 @@ class Ingest:
                                                    pipe.last_record_ts)]
             state.redelivered += len(items) - len(kept)
             items = kept
-        if not items:
-            return Processed(name, partition, pipe, None, [])
-        hole = await rt.offsets.read_hole(topic, partition, pipe.last_offset, items[0][1].offset) \
-            if rt.offsets is not None else []
-        if hole:  # processed first, in offset order; acknowledged to Faust once their outputs are out
-            items = items_of(hole) + items
+        hole: list[Any] = []
+        if items:
+            hole = await rt.offsets.read_hole(topic, partition, pipe.last_offset, items[0][1].offset) \
+                if rt.offsets is not None else []
+            if hole:  # processed first, in offset order; acknowledged to Faust once their outputs are out
+                items = items_of(hole) + items
+        return Prepared(topic, partition, name, pipe, items, hole, events, before)
+
+    async def process_partition(self, topic: str, partition: int, events: list[Any]) -> Processed:
+        """Process one input partition's messages of a batch alone and send their anomalies, clocks and dead
+        letters; what is per batch (points, progress, snapshots) is left to :meth:`finish_batch`."""
+        ready = await self.prepare(topic, partition, events)
+        if not ready.items:
+            return Processed(ready.name, partition, ready.pipe, None, [])
         started = time.perf_counter()
-        out = pipe.process_many(items, timer=time.perf_counter)
-        metrics.stage_seconds.labels("ingest_batch").observe(time.perf_counter() - started)
+        out = ready.pipe.process_many(ready.items, timer=time.perf_counter)
+        self.metrics.stage_seconds.labels("ingest_batch").observe(time.perf_counter() - started)
+        return await self.emit(ready, out)
+
+    async def emit(self, ready: Prepared, out: PipelineOutput) -> Processed:
+        """One partition's processed messages: their metrics, dead letters, anomaly episodes and clocks."""
+        rt, state, metrics = self.rt, self.state, self.metrics
+        topic, name, pipe, items = ready.topic, ready.name, ready.pipe, ready.items
         for stage, seconds in out.stage_seconds.items():  # streams.pipeline.INGEST_STAGES, by name
             metrics.stage_seconds.labels(stage).observe(seconds)
         metrics.messages_in.labels(topic).inc(len(items))
@@ -216,7 +290,7 @@ class Ingest:
         for dl in out.dead_letters:
             await rt.dead_letter(dl.to_record())
         await self.send_episodes(out)
-        return Processed(name, partition, pipe, out, hole)
+        return Processed(name, ready.partition, pipe, out, ready.hole)
 
     async def send_episodes(self, out: PipelineOutput) -> None:
         """Anomaly episodes keyed by job; clock records keyed by source (one partition raises the clock_skew
@@ -356,7 +430,10 @@ class Ingest:
             pipe.last_offset = last
             if last_ts is not None:
                 pipe.last_record_ts = last_ts
+        old = state.pipelines.get(name)
         state.pipelines[name] = pipe
+        if old is not None and old is not pipe:
+            old.release()
         log.warning("%s: state rebuilt from the snapshot at offset %d and %d messages read again (state only) up "
                     "to offset %d", name, snap, n, last)
 
@@ -493,3 +570,11 @@ def ingest_resume_counter(metrics: Any) -> Any:
                           ["origin", "how"], registry=metrics.registry)
         metrics._ingest_resumes = counter
     return counter
+
+
+def state_bank(rt: Runtime) -> DetectorBank:
+    """The worker's shared detector bank (kept with its state, so that dropping a pipeline gives its rows
+    back: agents.runtime.WorkerState.forget)."""
+    if rt.state.bank is None:
+        rt.state.bank = DetectorBank(rt.detector)
+    return rt.state.bank

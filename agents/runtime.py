@@ -28,7 +28,7 @@ from agents.stalls import StallWatch
 from agents.topics import TopicCatalogue
 from models.settings import LockstepSettings
 from streams.correlate import CorrelatorConfig
-from streams.detect import DetectorConfig
+from streams.detect import DetectorBank, DetectorConfig
 from streams.health import ProgressWatch
 from streams.inventory import InventoryIndex
 from streams.jobs import JobPartition
@@ -59,6 +59,9 @@ class WorkerState:
 
     inventory: InventoryIndex
     pipelines: dict[str, PartitionPipeline] = field(default_factory=dict)
+    #: The detector bank every input partition's pipeline shares (agents.ingest.state_bank; None until the
+    #: ingest agent starts)
+    bank: DetectorBank | None = None
     correlators: dict[int, JobPartition] = field(default_factory=dict)
     correlator_resume_check: set[int] = field(default_factory=set)
     last_correlator_snapshot: dict[int, float] = field(default_factory=dict)
@@ -101,7 +104,9 @@ class WorkerState:
     def forget(self, topic: str, partition: int) -> None:
         """A partition left this worker (a rebalance): its state goes; the next owner restores a snapshot."""
         name = f"{topic}:{partition}"
-        self.pipelines.pop(name, None)
+        pipe = self.pipelines.pop(name, None)
+        if pipe is not None:
+            pipe.release()  # its rows of the shared detector bank: reused once no batch holds the pipeline
         self.published_wm.pop(name, None)
         self.last_snapshot_wm.pop(name, None)
         self.last_snapshot_wall.pop(name, None)

@@ -39,7 +39,7 @@ import numpy as np
 from streams.catalogue import Direction, Mode
 from streams.scorers.base import SeriesScorer
 from streams.scorers.robust import RobustConfig, RobustScorer
-from streams.series import SeriesLimits, grow
+from streams.series import Rows, SeriesLimits, grow, row_index, rows_size, take_rows
 from streams.sketch import RollingPercentiles, SketchConfig
 
 MODE_CODES = {Mode.LEVEL: 0, Mode.RATE: 1, Mode.ERRORS: 2, Mode.EVENT: 3, Mode.CONTEXT: 4}
@@ -170,9 +170,60 @@ class DetectorBank:
         self._n = 0
         #: Per-row scores of the last :meth:`update` (for evaluation and debugging).
         self.last_scores = Scores(np.zeros(0), np.zeros(0))
+        # Rows handed out by :meth:`allocate` (a bank shared by several pipelines): the next new row, the
+        # rows free for reuse, and those released but not yet recycled.
+        self._next_row = 0
+        self._free: list[np.ndarray] = []
+        self._released: list[np.ndarray] = []
+        #: How many times :meth:`recycle` cleared released rows (a pipeline used after that raises).
+        self.recycled = 0
 
     def __len__(self) -> int:
         return self._n
+
+    # -- rows of a shared bank ------------------------------------------------------------------
+    # One bank can hold the series of several input partitions (a worker's: streams.pipeline.run_together
+    # then scores their rounds together, one set of array operations for all). Each partition's pipeline
+    # maps its series ids to rows it was given here, and gives them back when it goes.
+    def allocate(self, k: int) -> np.ndarray:
+        """``k`` rows for new series (to :meth:`register` each): rows given back first (clean, as a new
+        series has them), then new ones after every row handed out so far."""
+        got: list[np.ndarray] = []
+        need = k
+        while need and self._free:
+            chunk = self._free.pop()
+            if chunk.size > need:
+                self._free.append(chunk[need:])
+                chunk = chunk[:need]
+            got.append(chunk)
+            need -= chunk.size
+        if need:
+            got.append(np.arange(self._next_row, self._next_row + need, dtype=np.int64))
+            self._next_row += need
+        return np.concatenate(got) if len(got) != 1 else got[0]
+
+    def release(self, rows: np.ndarray) -> None:
+        """Give ``rows`` back (their pipeline was dropped). They keep their state, and are not handed out
+        again, until :meth:`recycle`: a batch still holding the dropped pipeline may use them until then."""
+        if rows.size:
+            self._released.append(rows.copy())
+
+    def recycle(self) -> int:
+        """Clear the rows released since the last call and make them free for :meth:`allocate`; returns
+        how many. Call it between batches, when no dropped pipeline can be in use."""
+        if not self._released:
+            return 0
+        rows = np.concatenate(self._released)
+        self._released = []
+        self.clear(rows)
+        self._free.append(rows)
+        self.recycled += 1
+        return int(rows.size)
+
+    @property
+    def rows_in_use(self) -> int:
+        """Rows handed out by :meth:`allocate` and not given back."""
+        return self._next_row - sum(r.size for r in self._free) - sum(r.size for r in self._released)
 
     def register(self, sid: int, mode: Mode, bad: Direction) -> None:
         """Declare a series: a new id (dense, in order) or one :meth:`clear` freed for reuse."""
@@ -339,23 +390,29 @@ class DetectorBank:
         return bool(self.state[sid] == EPISODE)
 
     # -- state ----------------------------------------------------------------------------------
-    def snapshot(self, n: int) -> dict[str, np.ndarray]:
-        out = {f"detect.{name}": getattr(self, name)[:n].copy() for name in self._FIELDS}
+    def snapshot(self, n: Rows) -> dict[str, np.ndarray]:
+        """The state of the first ``n`` series, or of the rows listed in that order (a pipeline's rows of
+        a shared bank): the same arrays either way."""
+        out = {f"detect.{name}": take_rows(getattr(self, name), n) for name in self._FIELDS}
         out.update({f"detect.{k}": v for k, v in self.scorer.snapshot(n).items()})
         out.update({f"detect.{k}": v for k, v in self.sketch.snapshot(n).items()})
         return out
 
-    def restore(self, data: dict[str, np.ndarray]) -> None:
+    def restore(self, data: dict[str, np.ndarray], rows: np.ndarray | None = None) -> None:
+        """A :meth:`snapshot` into the first series, or into ``rows`` (one per snapshot row, registered)."""
         n = data["detect.state"].shape[0]
-        if n:
-            self.register(n - 1, Mode.LEVEL, Direction.UP)
+        size = rows_size(n if rows is None else rows)
+        if size:
+            self.register(size - 1, Mode.LEVEL, Direction.UP)
+        at = row_index(n if rows is None else rows)
         for name in self._FIELDS:
-            getattr(self, name)[:n] = data[f"detect.{name}"]
+            getattr(self, name)[at] = data[f"detect.{name}"]
         own = {f"detect.{name}" for name in self._FIELDS}
         self.scorer.restore({k[len("detect."):]: v for k, v in data.items()
-                             if k.startswith("detect.") and k not in own and not k.startswith("detect.sketch.")})
-        self.sketch.restore({k[len("detect."):]: v for k, v in data.items() if k.startswith("detect.sketch.")})
-        self._n = n
+                             if k.startswith("detect.") and k not in own and not k.startswith("detect.sketch.")},
+                            rows)
+        self.sketch.restore({k[len("detect."):]: v for k, v in data.items() if k.startswith("detect.sketch.")}, rows)
+        self._n = max(self._n, size)
 
     def nbytes_per_series(self) -> dict[str, float]:
         """State bytes per series by part (allocated capacity counted as used)."""

@@ -64,9 +64,11 @@ from streams.stages import (
 )
 from streams.stages.episodes import SYMPTOM_MEANINGS
 from streams.stages.points import LANE_NAMES, PEER_CODES, lane_code
+from streams.stages.score import score_together
 
 __all__ = ["CORRELATION_STAGES", "INGEST_STAGES", "LANE_NAMES", "PIPELINE", "STAGES", "SYMPTOM_MEANINGS",
-           "DeadLetterOut", "Origin", "PartitionPipeline", "PipelineOutput", "merged_points_records", "worker_name"]
+           "DeadLetterOut", "Origin", "PartitionPipeline", "PipelineOutput", "merged_points_records", "run_together",
+           "worker_name"]
 
 # -- the pipeline ---------------------------------------------------------------------------------
 #: The ingest stages, in the order they run over each batch of an input partition.
@@ -138,10 +140,14 @@ class PartitionPipeline:
 
     def __init__(self, origin: str, config: DetectorConfig, inventory: InventoryIndex,
                  clock: ClockConfig | None = None, stages: Sequence[Stage] = INGEST_STAGES,
-                 fabric: FabricConfig | None = None, fabric_interval_s: float = 5.0) -> None:
+                 fabric: FabricConfig | None = None, fabric_interval_s: float = 5.0,
+                 bank: DetectorBank | None = None) -> None:
         self.origin = origin
         #: What :meth:`process_many` runs, in order (:data:`INGEST_STAGES`).
         self.stages = tuple(stages)
+        #: Where the ``score`` stage is in :attr:`stages` (their number without one): :meth:`begin` runs
+        #: the stages before it, :meth:`finish` those after.
+        self._score_at = next((i for i, st in enumerate(self.stages) if st.name == "score"), len(self.stages))
         self.config = config
         self.inventory = inventory
         self.clock_config = clock or ClockConfig()
@@ -152,7 +158,16 @@ class PartitionPipeline:
         self._src_free: list[int] = []
         self.registry = SeriesRegistry(config.limits)
         self.rates = CounterRates()
-        self.detector = DetectorBank(config)
+        #: The detector bank: the pipeline's own (a series' row is its id), or one shared with the worker's
+        #: other input partitions (``bank``; :func:`run_together` scores their rounds together), in which
+        #: each series has a row of its own (:attr:`_rows`), given back by :meth:`release`.
+        self.detector = bank if bank is not None else DetectorBank(config)
+        #: Series id -> its row of a shared bank (capacity grown as the registry's; the first
+        #: :attr:`_nrows` hold rows); None: the pipeline's own bank, rows are ids.
+        self._rows: np.ndarray | None = None if bank is None else np.zeros(0, dtype=np.int32)
+        self._nrows = 0
+        #: The bank's recycle count when :meth:`release` gave the rows back (None: not released).
+        self._released_at: int | None = None
         self.watermark: float | None = None
         self.last_offset: int | None = None
         #: Kafka record time of the last message processed: tells a rebuilt topic (its offsets start
@@ -201,6 +216,12 @@ class PartitionPipeline:
             self._jobset_version = grow(self._jobset_version, n, -1)
         if n > self._src_code.shape[0]:
             self._src_code = grow(self._src_code, n, -1)
+        if self._rows is not None and n > self._nrows:  # rows of the shared bank for ids never held
+            if n > self._rows.shape[0]:
+                self._rows = grow(self._rows, n, -1)
+            self._rows[self._nrows:n] = self.detector.allocate(n - self._nrows)
+            self._nrows = n
+        rows = self._rows
         for sid in added:
             meta = reg.meta[sid]
             info = meta.info
@@ -214,7 +235,7 @@ class PartitionPipeline:
                     self._src_names.append(meta.source)
                 self._src_ids[meta.source] = src
             self._src_code[sid] = src
-            self.detector.register(sid, info.mode, info.bad)
+            self.detector.register(sid if rows is None else int(rows[sid]), info.mode, info.bad)
             self._lane[sid] = lane_code(meta.layer, meta.metric, info)
             if self._lane[sid] in PEER_CODES:
                 self._worker[sid] = worker_name(meta.source, meta.labels)
@@ -292,7 +313,7 @@ class PartitionPipeline:
         self.row_ids = {}
         self.row_layouts = {}
         self.rates.clear(sids)
-        self.detector.clear(sids)
+        self.detector.clear(self.rows_of(sids))
         self._lane[sids] = -1
         self._jobset[sids] = -1
         self._jobset_version[sids] = -1
@@ -362,29 +383,61 @@ class PartitionPipeline:
         is dropped and counted (:attr:`PipelineOutput.refused`); each message with such samples gives
         one dead letter (``SeriesLimitExceeded``, with the count), and its other samples go on. After
         the batch, idle series are evicted (:meth:`_sweep`).
+
+        :meth:`begin`, the ``score`` stage, then :meth:`finish`; :func:`run_together` does the same for
+        several partitions with one ``score`` for all.
         """
-        out = PipelineOutput(messages=len(messages))
-        batch = Batch(self, messages, out, timer=timer)
-        stage = self.stages[0]
+        batch = self.begin(messages, timer)
+        self.run_stages(batch, self.score_stage)
+        return self.finish(batch)
+
+    @property
+    def score_stage(self) -> tuple[Stage, ...]:
+        """The ``score`` stage (empty: the pipeline has none), between :meth:`begin` and :meth:`finish`."""
+        return self.stages[self._score_at:self._score_at + 1]
+
+    def begin(self, messages: Sequence[tuple[bytes, Origin]], timer: Callable[[], float] | None = None) -> Batch:
+        """The stages before ``score`` over one batch of messages (what :meth:`process_many` starts with)."""
+        if self._released_at is not None and self._released_at != self.detector.recycled:
+            raise RuntimeError(f"{self.origin}: pipeline used after its rows of the shared bank were recycled")
+        batch = Batch(self, messages, PipelineOutput(messages=len(messages)), timer=timer)
+        self.run_stages(batch, self.stages[:self._score_at])
+        return batch
+
+    def run_stages(self, batch: Batch, stages: Sequence[Stage]) -> None:
+        """``stages`` over ``batch``, each timed with ``batch.timer`` when there is one. An exception (a
+        bug) leaves with a note naming the stage and the partition."""
+        if not stages:
+            return
+        stage = stages[0]
+        timer = batch.timer
         try:
             if timer is None:
-                for stage in self.stages:
+                for stage in stages:
                     stage.run(batch)
             else:
-                seconds = out.stage_seconds
-                t0 = timer()
-                for stage in self.stages:
+                seconds = batch.out.stage_seconds
+                t0 = timer() if batch.last_tick is None else batch.last_tick
+                for stage in stages:
                     lent = batch.deferred_total
                     stage.run(batch)
                     t1 = timer()
                     # less what a lazy stage before it did inside its run (decode, inside validate's)
                     seconds[stage.name] = seconds.get(stage.name, 0.0) + t1 - t0 - (batch.deferred_total - lent)
                     t0 = t1
-                for name, s in batch.deferred.items():
-                    seconds[name] = seconds.get(name, 0.0) + s
+                batch.last_tick = t0
         except Exception as exc:  # a bug: the agent logs it (with this note) and retries message by message
             exc.add_note(f"in ingest stage {stage.name!r} of {self.origin}")
             raise
+
+    def finish(self, batch: Batch) -> PipelineOutput:
+        """The stages after ``score``, then the batch's end: the watermark, idle series evicted, the offset."""
+        self.run_stages(batch, self.stages[self._score_at + 1:])
+        out, messages = batch.out, batch.messages
+        if batch.timer is not None:
+            seconds = out.stage_seconds
+            for name, s in batch.deferred.items():
+                seconds[name] = seconds.get(name, 0.0) + s
         if out.max_ts is not None:
             self.watermark = out.max_ts if self.watermark is None else max(self.watermark, out.max_ts)
         self._sweep(out, batch.refused, messages)
@@ -395,12 +448,30 @@ class PartitionPipeline:
             self.last_record_ts = messages[-1][1].timestamp
         return out
 
+    # -- a shared bank --------------------------------------------------------------------------
+    def rows_of(self, ids: np.ndarray) -> np.ndarray:
+        """The detector bank's rows of series ``ids`` (the ids themselves in a bank of its own)."""
+        return ids if self._rows is None else self._rows[ids]
+
+    @property
+    def shares_bank(self) -> bool:
+        return self._rows is not None
+
+    def release(self) -> None:
+        """Give the pipeline's rows of a shared bank back (it is being dropped: its partition left the
+        worker, or a rebuilt pipeline replaces it). They stay as they are until the bank's next
+        :meth:`~streams.detect.DetectorBank.recycle`; using this pipeline after that raises."""
+        if self._rows is None or self._released_at is not None:
+            return
+        self.detector.release(self._rows[:self._nrows].astype(np.int64))
+        self._released_at = self.detector.recycled
+
     # -- state ----------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
         """The partition's state: every array over the whole id space (a free id's rows are clean),
         the registry with its free ids, and the event time of the last look for idle series."""
         n = self.registry.size
-        arrays = {**self.rates.snapshot(n), **self.detector.snapshot(n)}
+        arrays = {**self.rates.snapshot(n), **self.detector.snapshot(n if self._rows is None else self._rows[:n])}
         meta = {"origin": self.origin, "series": self.registry.snapshot(), "watermark": self.watermark,
                 "offset": self.last_offset, "record_ts": self.last_record_ts, "window": self.config.window,
                 "clocks": self.clocks.snapshot(), "swept": self._swept}
@@ -417,7 +488,12 @@ class PartitionPipeline:
             raise ValueError("snapshot: the state arrays and the series registry differ in size")
         self.rates = CounterRates()
         self.rates.restore(arrays)
-        self.detector = DetectorBank(self.config)
+        if self._rows is None:
+            self.detector = DetectorBank(self.config)
+        else:  # the rows held go back; each restored series gets one (register_new below)
+            self.detector.release(self._rows[:self._nrows].astype(np.int64))
+            self._rows = np.zeros(0, dtype=np.int32)
+            self._nrows = 0
         self._src_code = np.full(0, -1, dtype=np.int32)
         self._src_names = []
         self._src_ids = {}
@@ -431,7 +507,7 @@ class PartitionPipeline:
         self.register_new(None)
         if self.fabric is not None and "fabric" in meta:
             self.fabric.restore(meta["fabric"])
-        self.detector.restore(arrays)
+        self.detector.restore(arrays, None if self._rows is None else self._rows[:self.registry.size].astype(np.int64))
         self.watermark = meta["watermark"]
         self.last_offset = meta["offset"]
         self.last_record_ts = meta.get("record_ts")
@@ -446,11 +522,13 @@ class PartitionPipeline:
         ``row_index`` the validate stage's :attr:`row_ids` with its shared layouts (not state: not
         snapshotted, but held)."""
         n = max(len(self.registry), 1)
-        parts = {k: v * max(self.detector.mode.shape[0], 1) for k, v in self.detector.nbytes_per_series().items()}
+        # a shared bank: the rows this pipeline holds (and its map of ids to rows, counted with the lanes)
+        rows = max(self.detector.mode.shape[0] if self._rows is None else self._nrows, 1)
+        parts = {k: v * rows for k, v in self.detector.nbytes_per_series().items()}
         parts["rates"] = float(self.rates.last_ts.nbytes + self.rates.last_value.nbytes)
         parts["registry"] = float(self.registry.nbytes())
         parts["lanes"] = float(self._lane.nbytes + self._jobset.nbytes + self._jobset_version.nbytes
-                               + self._src_code.nbytes)
+                               + self._src_code.nbytes + (0 if self._rows is None else self._rows.nbytes))
         # the index: its table, each key with its labels' bytes and its entry, and each shared layout
         # once with its metrics tuple (the strings and ids are the registry's own objects)
         parts["row_index"] = float(
@@ -462,3 +540,49 @@ class PartitionPipeline:
         return parts
 
 
+def run_together(work: Sequence[tuple[PartitionPipeline, Sequence[tuple[bytes, Origin]]]],
+                 timer: Callable[[], float] | None = None) -> list[PipelineOutput | Exception]:
+    """Each input partition's messages through its pipeline, as :meth:`PartitionPipeline.process_many`
+    does, with one ``score`` stage for all the pipelines that share a detector bank
+    (:func:`streams.stages.score.score_together`): every partition's stages before ``score``, the
+    score of them all, then every partition's stages after it. The outputs are those ``process_many``
+    gives each partition alone.
+
+    An exception (a bug) is returned in place of the output of each partition it reached: one
+    partition's (in a stage before or after ``score``; the others go on), or every partition scored
+    with it. Such a partition's state is partly changed and its offset not moved, as when
+    ``process_many`` raises: the caller puts its state back (a snapshot) before trying it again.
+    """
+    results: list[PipelineOutput | Exception] = []
+    groups: dict[int, list[tuple[int, Batch]]] = {}
+    for i, (pipe, messages) in enumerate(work):
+        try:
+            batch = pipe.begin(messages, timer)
+        except Exception as exc:
+            results.append(exc)
+            continue
+        results.append(batch.out)
+        key = id(pipe.detector) if pipe.score_stage and pipe.shares_bank else id(pipe)
+        groups.setdefault(key, []).append((i, batch))
+    for group in groups.values():
+        batches = [batch for _, batch in group]
+        for batch in batches:
+            batch.last_tick = None  # other partitions' stages ran since: not this one's time
+        try:
+            if len(batches) == 1:
+                batches[0].part.run_stages(batches[0], batches[0].part.score_stage)
+            else:
+                score_together(batches, timer)
+        except Exception as exc:
+            if len(batches) > 1:
+                exc.add_note("in ingest stage 'score' of " + ", ".join(b.part.origin for b in batches))
+            for i, _ in group:
+                results[i] = exc
+            continue
+        for i, batch in group:
+            batch.last_tick = None
+            try:
+                results[i] = batch.part.finish(batch)
+            except Exception as exc:
+                results[i] = exc
+    return results

@@ -492,6 +492,33 @@ GROW_ROWS = 256
 GROW_FACTOR = 1.0625
 
 
+#: Which rows of per-series arrays a snapshot or restore covers: the first ``n`` (an int) or those listed
+#: (an index array: a pipeline's rows of a detector bank it shares, :class:`streams.detect.DetectorBank`).
+Rows = int | np.ndarray
+
+
+def row_index(rows: Rows) -> slice | np.ndarray:
+    """``rows`` as an index: the first ``n`` rows as a slice, or the index array itself."""
+    return slice(0, rows) if isinstance(rows, int) else rows
+
+
+def take_rows(array: np.ndarray, rows: Rows) -> np.ndarray:
+    """A copy of ``array``'s ``rows`` (the first ``n``, or those listed), for a snapshot.
+
+    >>> a = np.arange(5.0)
+    >>> take_rows(a, 2).tolist(), take_rows(a, np.array([4, 1])).tolist()
+    ([0.0, 1.0], [4.0, 1.0])
+    """
+    return array[:rows].copy() if isinstance(rows, int) else array[rows]
+
+
+def rows_size(rows: Rows) -> int:
+    """The rows a :meth:`restore` must have room for: ``n``, or one more than the largest listed."""
+    if isinstance(rows, int):
+        return rows
+    return int(rows.max()) + 1 if rows.size else 0
+
+
 def grow(array: np.ndarray, size: int, fill: float | int | bool = 0) -> np.ndarray:
     """Return ``array`` with at least ``size`` rows, new rows set to ``fill``.
 

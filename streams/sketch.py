@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.series import grow
+from streams.series import Rows, grow, row_index, rows_size, take_rows
 
 #: ``SketchConfig.percentiles`` default: what capacity teams ask for.
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -322,24 +322,27 @@ class RollingPercentiles:
     # -- state ----------------------------------------------------------------------------------
     _FIELDS = ("counts", "offset", "started", "last_ts")
 
-    def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
-        """The first ``n`` series' state; ``sketch.pane`` too (derived, not held), so that a worker of
-        a version that stored it restores this snapshot."""
-        n = len(self) if n is None else n
-        out = {f"sketch.{k}": getattr(self, k)[:n].copy() for k in self._FIELDS}
-        out["sketch.pane"] = self._panes(self.last_ts[:n])
+    def snapshot(self, n: Rows | None = None) -> dict[str, np.ndarray]:
+        """The state of the first ``n`` series (all by default) or of the rows listed, in that order;
+        ``sketch.pane`` too (derived, not held), so that a worker of a version that stored it restores
+        this snapshot."""
+        rows = len(self) if n is None else n
+        out = {f"sketch.{k}": take_rows(getattr(self, k), rows) for k in self._FIELDS}
+        out["sketch.pane"] = self._panes(out["sketch.last_ts"])
         return out
 
-    def restore(self, data: dict[str, np.ndarray]) -> None:
-        """The state of :meth:`snapshot` (its ``sketch.pane`` is not read: the panes follow from
-        ``sketch.last_ts``)."""
+    def restore(self, data: dict[str, np.ndarray], rows: np.ndarray | None = None) -> None:
+        """The state of :meth:`snapshot` into the first series, or into ``rows`` (one per snapshot row)
+        (its ``sketch.pane`` is not read: the panes follow from ``sketch.last_ts``)."""
         n = data["sketch.offset"].shape[0]
         if data["sketch.counts"].shape[1:] != self.counts.shape[1:]:
             raise ValueError("snapshot sketch shape differs from the configured windows/buckets")
-        if n:
-            self.register(n - 1)
+        size = rows_size(n if rows is None else rows)
+        if size:
+            self.register(size - 1)
+        at = row_index(n if rows is None else rows)
         for k in self._FIELDS:
-            getattr(self, k)[:n] = data[f"sketch.{k}"]
+            getattr(self, k)[at] = data[f"sketch.{k}"]
 
     @property
     def nbytes_per_series(self) -> float:

@@ -77,12 +77,14 @@ class SeriesScorer(Protocol):
         """Whether each series has learned a level and scale of zero (a fault counter that never erred)."""
         ...
 
-    def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
-        """The state of the first ``n`` series as named arrays, names prefixed with the scorer's own."""
+    def snapshot(self, n: int | np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The state of the first ``n`` series (all by default), or of the ids listed in that order (an
+        index array), as named arrays, names prefixed with the scorer's own."""
         ...
 
-    def restore(self, data: dict[str, np.ndarray]) -> None:
-        """Replace the state with a snapshot (the arrays with this scorer's prefix)."""
+    def restore(self, data: dict[str, np.ndarray], rows: np.ndarray | None = None) -> None:
+        """Replace the state with a snapshot (the arrays with this scorer's prefix): of the first series, or
+        of ``rows``, one id per snapshot row (ids not listed keep their state)."""
         ...
 
     @property

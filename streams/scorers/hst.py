@@ -33,6 +33,7 @@ import numpy as np
 from river import anomaly, compose, preprocessing
 
 from streams.scorers.robust import calibrate
+from streams.series import Rows, take_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,17 +130,29 @@ class HalfSpaceTreesScorer:
         self.learn(ids, x, ev)
         return ev.score
 
-    def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
-        """Models as a pickled blob (internal, trusted state only) plus the calibration arrays."""
-        n = len(self.models) if n is None else n
-        blob = pickle.dumps(self.models[:n], protocol=pickle.HIGHEST_PROTOCOL)
-        return {"hst.models": np.frombuffer(blob, dtype=np.uint8).copy(), "hst.hist": self.hist[:n].copy(),
-                "hst.count": self.count[:n].copy()}
+    def snapshot(self, n: Rows | None = None) -> dict[str, np.ndarray]:
+        """Models as a pickled blob (internal, trusted state only) plus the calibration arrays, of the first
+        ``n`` entities (all by default) or of the rows listed."""
+        rows = len(self.models) if n is None else n
+        models = self.models[:rows] if isinstance(rows, int) else [self.models[r] for r in rows.tolist()]
+        blob = pickle.dumps(models, protocol=pickle.HIGHEST_PROTOCOL)
+        return {"hst.models": np.frombuffer(blob, dtype=np.uint8).copy(), "hst.hist": take_rows(self.hist, rows),
+                "hst.count": take_rows(self.count, rows)}
 
-    def restore(self, data: dict[str, np.ndarray]) -> None:
-        self.models = pickle.loads(data["hst.models"].tobytes())  # our own snapshot, never foreign bytes
-        self.hist = data["hst.hist"].copy()
-        self.count = data["hst.count"].copy()
+    def restore(self, data: dict[str, np.ndarray], rows: np.ndarray | None = None) -> None:
+        """Replace the state with a snapshot (``rows``: into those entities, one per snapshot row)."""
+        models = pickle.loads(data["hst.models"].tobytes())  # our own snapshot, never foreign bytes
+        if rows is None:
+            self.models = models
+            self.hist = data["hst.hist"].copy()
+            self.count = data["hst.count"].copy()
+            return
+        if rows.size:
+            self.register(int(rows.max()))
+        for r, model in zip(rows.tolist(), models, strict=True):
+            self.models[r] = model
+        self.hist[rows] = data["hst.hist"]
+        self.count[rows] = data["hst.count"]
 
     @property
     def nbytes_per_series(self) -> float:

@@ -86,7 +86,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.series import grow
+from streams.series import Rows, grow, row_index, rows_size, take_rows
 
 #: Mean absolute deviation to standard deviation for a normal distribution (sqrt(pi / 2)).
 MAD_TO_SD = 1.2533141373155001
@@ -598,12 +598,14 @@ class RobustScorer:
         self.learn(ids, x, ev)
         return ev
 
-    def snapshot(self, n: int | None = None) -> dict[str, np.ndarray]:
-        """State of the first ``n`` series (all by default) as named arrays."""
-        n = len(self) if n is None else n
-        return {f"robust.{k}": getattr(self, k)[:n].copy() for k in self._names}
+    def snapshot(self, n: Rows | None = None) -> dict[str, np.ndarray]:
+        """State of the first ``n`` series (all by default), or of the rows listed in that order, as named
+        arrays."""
+        rows = len(self) if n is None else n
+        return {f"robust.{k}": take_rows(getattr(self, k), rows) for k in self._names}
 
-    def restore(self, data: dict[str, np.ndarray]) -> None:
+    def restore(self, data: dict[str, np.ndarray], rows: np.ndarray | None = None) -> None:
+        """Replace the state of the first series, or of ``rows`` (one per snapshot row), with a snapshot."""
         n = data["robust.count"].shape[0]
         if data["robust.profile"].shape[1:] != self.profile.shape[1:]:
             raise ValueError("snapshot profile bins differ from the configured bins")
@@ -612,20 +614,23 @@ class RobustScorer:
         if (self._slots and "robust.slot_mad" in data
                 and data["robust.slot_mad"].shape[1:] != self.slot_mad.shape[1:]):
             raise ValueError("snapshot slot scale bins differ from the configured bins")
-        if n:
-            self.register(n - 1)
+        size = rows_size(n if rows is None else rows)
+        if size:
+            self.register(size - 1)
+        at = row_index(n if rows is None else rows)
         for k in self._names:
             if f"robust.{k}" not in data and k in self._LATER:  # a snapshot from before it was learned
-                getattr(self, k)[:n] = self._LATER[k]
+                getattr(self, k)[at] = self._LATER[k]
                 continue
             v = data[f"robust.{k}"]
             if k == "novel" and v.shape[1] < NOVEL_COLUMNS:  # from before sparsity or the weekly offsets
-                self.novel[:n] = 0.0
-                self.novel[:n, : v.shape[1]] = v
+                old = np.zeros((n, NOVEL_COLUMNS))
+                old[:, : v.shape[1]] = v
                 if v.shape[1] <= LAST_TS:
-                    self.novel[:n, LAST_TS] = np.nan  # no time passed since a sample it does not know
+                    old[:, LAST_TS] = np.nan  # no time passed since a sample it does not know
+                self.novel[at] = old
                 continue
-            getattr(self, k)[:n] = v
+            getattr(self, k)[at] = v
 
     @property
     def nbytes_per_series(self) -> float:

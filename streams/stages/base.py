@@ -207,6 +207,9 @@ class Batch:
     #: Seconds a lazy stage spent inside a later stage's ``run``, by the lazy stage's name, and in all.
     deferred: dict[str, float] = field(default_factory=dict)
     deferred_total: float = 0.0
+    #: The timer's last reading at the end of a run of stages (the next run's start; None: read it anew,
+    #: as when other partitions' stages ran in between).
+    last_tick: float | None = None
 
     def defer(self, stage: str, seconds: float) -> None:
         """Count ``seconds`` of work done inside another stage's ``run`` as ``stage``'s."""

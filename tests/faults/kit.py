@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -195,3 +196,10 @@ async def send_scrapes(settings: LockstepSettings, gen: Any, scrapes: range, pac
         return n
     finally:
         await producer.stop()
+
+
+def web_url(worker: WorkerProcess) -> str | None:
+    """The worker's API address once its start line is logged whole (print writes the line's end apart: a
+    read between the two would see no end to the address)."""
+    found = re.search(r"API and page at (http://\S+?)/?\s", worker.log())
+    return found.group(1) if found else None

@@ -26,7 +26,7 @@ from lockstep.loadgen import LoadGenerator, LoadSpec
 from lockstep.replay import read_topic
 from models.timeutil import parse_ts
 
-from .kit import WorkerProcess, make_settings, send_inventory, send_scrapes, wait_until
+from .kit import WorkerProcess, make_settings, send_inventory, send_scrapes, wait_until, web_url
 
 pytestmark = [pytest.mark.broker]
 
@@ -35,11 +35,6 @@ IDLE_S = 2.0
 PAUSE_S = 4 * IDLE_S  # every input reported idle for twice the idle rule, then resumed
 LATENESS_S = 5.0
 GRACE_S = 5.0
-
-
-def web_url(worker: WorkerProcess) -> str | None:
-    m = re.search(r"API and page at (http://\S+?)/?\s", worker.log())
-    return m.group(1) if m else None
 
 
 def watermarks(url: str) -> list[float]:

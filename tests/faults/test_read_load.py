@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 import time
 from typing import Any
 
@@ -28,7 +27,7 @@ from lockstep.loadgen import LoadGenerator, LoadSpec
 from lockstep.replay import read_topic
 from models.inventory import inventory_adapter, inventory_key
 
-from .kit import WorkerProcess, make_settings, send_inventory, wait_until
+from .kit import WorkerProcess, make_settings, send_inventory, wait_until, web_url
 
 #: The liveness and readiness probes' timeout in deploy/kubernetes/base/deployment-worker.yaml.
 PROBE_TIMEOUT_S = 5.0
@@ -155,12 +154,11 @@ def test_read_load_does_not_starve_ingest_and_health_answers_fast(
         workers.append(worker)
 
         async def listening() -> bool:
-            return "API and page at http" in worker.log() or not worker.alive
+            return web_url(worker) is not None or not worker.alive
 
         assert await wait_until(listening, 60), worker.log()[-3000:]
-        found = re.search(r"API and page at (http://\S+?)/\s", worker.log())
-        assert found, worker.log()[-3000:]
-        url = found.group(1)
+        url = web_url(worker)
+        assert url, worker.log()[-3000:]
         out: dict[str, Any] = {}
         connector = aiohttp.TCPConnector(limit=IN_FLIGHT + 8)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
