@@ -110,7 +110,10 @@ class Ingest:
         state = self.state
         async for events in batches:
             # rows of pipelines dropped since the last batch are free again: no batch holds those now
-            self.bank.recycle()
+            recycled = self.bank.recycle()
+            if recycled:
+                log.info("detector bank: %d rows of dropped input partitions cleared for reuse (%d in use)",
+                         recycled, self.bank.rows_in_use)
             groups: dict[tuple[str, int], list[Any]] = {}
             now = time.monotonic()
             state.batch_started = now
