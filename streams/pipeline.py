@@ -344,8 +344,8 @@ class PartitionPipeline:
             self._jobsets.append(jobs)
         return idx
 
-    def active(self, job: str, t: np.ndarray) -> np.ndarray:
-        """Where ``job`` is running at times ``t`` (``inventory.job(job, t) is not None``, vectorised)."""
+    def _job_intervals(self, job: str) -> tuple[np.ndarray, np.ndarray]:
+        """When ``job`` ran: its runs' starts and ends (inf: running), cached until the inventory changes."""
         if self._intervals_version != self.inventory.version:
             self._intervals = {}
             self._intervals_version = self.inventory.version
@@ -355,7 +355,16 @@ class PartitionPipeline:
             iv = (np.array([h.start for h in history], dtype=np.float64),
                   np.array([math.inf if h.end is None else h.end for h in history], dtype=np.float64))
             self._intervals[job] = iv
-        starts, ends = iv
+        return iv
+
+    def active_at(self, job: str, t: float) -> bool:
+        """Whether ``job`` is running at time ``t`` (:meth:`active` of one time)."""
+        starts, ends = self._job_intervals(job)
+        return any(s <= t < e for s, e in zip(starts.tolist(), ends.tolist(), strict=True))
+
+    def active(self, job: str, t: np.ndarray) -> np.ndarray:
+        """Where ``job`` is running at times ``t`` (``inventory.job(job, t) is not None``, vectorised)."""
+        starts, ends = self._job_intervals(job)
         if starts.size == 1:
             return (t >= starts[0]) & (t < ends[0])  # type: ignore[no-any-return]
         mask = np.zeros(t.shape[0], dtype=bool)

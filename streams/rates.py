@@ -25,6 +25,11 @@ class RateResult:
     reset: np.ndarray
     out_of_order: np.ndarray
     duplicate: np.ndarray
+    #: Each series' time before this sample (NaN: its first).
+    prev_ts: np.ndarray
+    #: Every sample is after its series' last one (none first, out of order or a duplicate): the steady
+    #: state of a scrape, in which ``out_of_order`` and ``duplicate`` are all False.
+    in_order: bool = False
 
 
 class CounterRates:
@@ -56,6 +61,14 @@ class CounterRates:
         prev_val = self.last_value[ids]
         dt = ts - prev_ts
         dv = values - prev_val
+        if ids.size and dt.min() > 0:  # the steady state (NaN, a first sample, fails the test): fewer steps
+            rate = dv / dt
+            reset = dv < 0
+            np.putmask(rate, reset, np.nan)
+            self.last_ts[ids] = ts
+            self.last_value[ids] = values
+            none = np.zeros(ids.shape[0], dtype=bool)
+            return RateResult(rate, reset, none, none, prev_ts, True)
         have = ~np.isnan(prev_ts)
         duplicate = have & (dt == 0) & (dv == 0)
         out_of_order = have & (dt <= 0) & ~duplicate
@@ -67,7 +80,7 @@ class CounterRates:
         upd = ids[accept]
         self.last_ts[upd] = ts[accept]
         self.last_value[upd] = values[accept]
-        return RateResult(rate, reset, out_of_order, duplicate)
+        return RateResult(rate, reset, out_of_order, duplicate, prev_ts)
 
     def clear(self, ids: np.ndarray) -> None:
         """Forget series ``ids`` (their ids are reused by new series: a first sample again)."""

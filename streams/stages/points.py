@@ -99,34 +99,69 @@ class Points:
         bounds = np.flatnonzero(group[1:] != group[:-1]) + 1
         starts = [0, *bounds.tolist()]
         ends = [*bounds.tolist(), int(sel.size)]
-        points = out.points
-        names = part._worker
-        jobsets = part._jobsets
+        # One scrape (the common case): every row at one time, so a group is one time and its values, and a
+        # job runs at that time or not (no masks, no grouping by time).
+        t0 = float(ts[0]) if ts[0] == ts[-1] and (ts == ts[0]).all() else None
         for a, b in zip(starts, ends, strict=True):
-            g = int(group[a])
-            rows = sel[a:b]
-            t = ts[rows]
-            v = x[rows]
-            lane_name = LANE_NAMES[g % 64]
-            peer = g % 64 in PEER_CODES
-            whole: tuple[list[list[Any]], list[list[Any]]] | None = None
-            for job in jobsets[g // 64]:
-                active = part.active(job, t)
-                if active.all():
-                    if whole is None:
-                        whole = by_time(t, v, ids[rows] if peer else None, names)
-                    groups, wgroups = whole
-                elif active.any():
-                    groups, wgroups = by_time(t[active], v[active], ids[rows[active]] if peer else None, names)
-                else:
-                    continue
-                lanes = points.get(job)
-                if lanes is None:
-                    lanes = points[job] = {}
-                have = lanes.get(lane_name)
-                if have is None:
-                    lanes[lane_name] = list(groups)
-                else:
-                    have.extend(groups)
-                if peer:
-                    out.workers.setdefault(job, {}).setdefault(lane_name, []).extend(wgroups)
+            if t0 is not None:
+                self._at_one_time(part, out, t0, int(group[a]), sel[a:b], ids, x)
+            else:
+                self._at_times(part, out, ts, int(group[a]), sel[a:b], ids, x)
+
+    @staticmethod
+    def _at_times(part: Any, out: Any, ts: np.ndarray, g: int, rows: np.ndarray, ids: np.ndarray,
+                  x: np.ndarray) -> None:
+        """:meth:`_round`'s work for one (job set, lane) group (``g``) of a round: the values of ``rows``
+        grouped by time (:func:`by_time`), for each job of the set at the times it runs."""
+        names = part._worker
+        points = out.points
+        t = ts[rows]
+        v = x[rows]
+        lane_name = LANE_NAMES[g % 64]
+        peer = g % 64 in PEER_CODES
+        whole: tuple[list[list[Any]], list[list[Any]]] | None = None
+        for job in part._jobsets[g // 64]:
+            active = part.active(job, t)
+            if active.all():
+                if whole is None:
+                    whole = by_time(t, v, ids[rows] if peer else None, names)
+                groups, wgroups = whole
+            elif active.any():
+                groups, wgroups = by_time(t[active], v[active], ids[rows[active]] if peer else None, names)
+            else:
+                continue
+            lanes = points.get(job)
+            if lanes is None:
+                lanes = points[job] = {}
+            have = lanes.get(lane_name)
+            if have is None:
+                lanes[lane_name] = list(groups)
+            else:
+                have.extend(groups)
+            if peer:
+                out.workers.setdefault(job, {}).setdefault(lane_name, []).extend(wgroups)
+
+    @staticmethod
+    def _at_one_time(part: Any, out: Any, t0: float, g: int, rows: np.ndarray, ids: np.ndarray, x: np.ndarray) -> None:
+        """:meth:`_at_times` for a round whose rows are all at time ``t0``: the same groups, without the
+        masks and the grouping by time."""
+        lane_name = LANE_NAMES[g % 64]
+        peer = g % 64 in PEER_CODES
+        whole: tuple[list[list[Any]], list[list[Any]]] | None = None
+        for job in part._jobsets[g // 64]:
+            if not part.active_at(job, t0):
+                continue
+            if whole is None:
+                vl = x[rows].tolist()
+                whole = ([[t0, vl]], [[t0, list(vl), [part._worker[i] for i in ids[rows].tolist()]]] if peer else [])
+            groups, wgroups = whole
+            lanes = out.points.get(job)
+            if lanes is None:
+                lanes = out.points[job] = {}
+            have = lanes.get(lane_name)
+            if have is None:
+                lanes[lane_name] = list(groups)
+            else:
+                have.extend(groups)
+            if peer:
+                out.workers.setdefault(job, {}).setdefault(lane_name, []).extend(wgroups)

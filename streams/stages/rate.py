@@ -35,11 +35,13 @@ class Rate:
                msg: np.ndarray) -> None:
         part, out = batch.part, batch.out
         reg = part.registry
-        rates = part.rates
         counter = reg.counter[ids]
-        last = rates.last_ts
-        prev_ts = last[ids] if last.shape[0] > int(ids.max()) else np.full(ids.shape[0], np.nan)
-        res = rates.update(ids, ts, raw_values)
+        res = part.rates.update(ids, ts, raw_values)
+        prev_ts = res.prev_ts
+        if res.in_order and not counter.any():
+            # the steady state of gauges (a host's, a job's step times): every sample is its value
+            batch.rounds.append(Round(ids, ts, raw_values, ingest, prev_ts))
+            return
         with np.errstate(over="ignore", invalid="ignore"):
             x = np.where(counter, res.rate * reg.scale[ids], raw_values)
         usable = np.where(counter, ~np.isnan(res.rate), ~(res.out_of_order | res.duplicate))
@@ -53,9 +55,11 @@ class Rate:
             usable &= ~overflow
         if res.reset.any():
             out.resets += int((res.reset & counter).sum())
-        if res.duplicate.any():
+        if res.in_order:
+            pass
+        elif res.duplicate.any():
             out.duplicates += int(res.duplicate.sum())
-        if res.out_of_order.any():
+        if not res.in_order and res.out_of_order.any():
             for late in np.flatnonzero(res.out_of_order).tolist():
                 out.out_of_order += 1
                 batch.dead_letter(self.name, f"out of order: ts {ts[late]:.3f} is not after the series' last sample",

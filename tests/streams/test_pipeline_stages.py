@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import itertools
+from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -154,3 +156,59 @@ def test_the_local_runner_runs_the_same_stages_and_reports_them_by_name() -> Non
     result = runner.finish()
     assert result.dead_letters_by_stage == {"decode": 1, "validate": 1, "normalise": 1, "rate": 1}
     assert set(result.stage_seconds) == set(STAGES)
+
+
+def test_a_round_at_one_time_gives_the_points_the_grouping_by_time_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The points stage's one-scrape path (no masks, no grouping by time) against its general path, over
+    jobs that end and start on the same nodes between scrapes and a peer-compared lane (step time per rank)."""
+    from lockstep.loadgen import LoadGenerator, LoadSpec
+    from models.inventory import inventory_adapter
+    from streams.stages.points import Points
+
+    spec = LoadSpec(gpus=32, nodes_per_job=2)
+    gen = LoadGenerator(spec)
+    t0 = spec.start_ts
+
+    def inventory() -> InventoryIndex:
+        inv = InventoryIndex()
+        for doc in gen.inventory():
+            inv.apply(inventory_adapter.validate_python(doc))
+        # job00000 ends after 4 scrapes; job09 runs on its nodes from scrape 7 on
+        for doc in ({"kind": "job", "ts": t0 + 4.5, "job_id": "job00000", "state": "COMPLETED",
+                     "nodes": "n000000,n000001", "gpus_per_node": 8},
+                    {"kind": "job", "ts": t0 + 7.0, "job_id": "job09", "state": "RUNNING",
+                     "nodes": "n000000,n000001", "gpus_per_node": 8}):
+            inv.apply(inventory_adapter.validate_python(doc))
+        return inv
+
+    def run() -> list[tuple[Any, Any]]:
+        gen = LoadGenerator(spec)  # (its values are drawn as it goes: a fresh one gives the same messages)
+        pipes: dict[str, PartitionPipeline] = {}
+        outs = []
+        inv = inventory()
+        for k in range(10):
+            for layer, _key, raw in gen.messages(k):
+                origin = f"telemetry.{layer}:0"
+                pipe = pipes.get(origin) or pipes.setdefault(origin, PartitionPipeline(origin, DetectorConfig(), inv))
+                out = pipe.process_many([(raw, Origin(f"telemetry.{layer}", 0, k))])
+                outs.append((out.points, out.workers))
+        return outs
+
+    calls = []
+    one_time = Points._at_one_time
+
+    def counted(*a: Any) -> None:
+        calls.append(a[2])
+        one_time(*a)
+
+    monkeypatch.setattr(Points, "_at_one_time", staticmethod(counted))
+    fast = run()
+
+    def general(part: Any, out: Any, t: float, g: int, rows: Any, ids: Any, x: Any) -> None:
+        Points._at_times(part, out, np.full(ids.shape[0], t), g, rows, ids, x)
+
+    monkeypatch.setattr(Points, "_at_one_time", staticmethod(general))
+    assert fast == run()
+    assert {t0 + 2, t0 + 5, t0 + 8} <= set(calls)  # before, between and after the two jobs
+    jobs = {job for points, _ in fast for job in points}
+    assert {"job00000", "job09"} <= jobs and any(workers for _, workers in fast)
