@@ -1,4 +1,6 @@
-"""The ingest pipeline alone, without a broker: ``PartitionPipeline.process_many`` on generated load.
+"""The ingest pipeline alone, without a broker: ``run_together`` (as the ingest agent runs it: a batch of
+every input partition at once, one detector bank shared) or, with ``--alone`` or a tree without it,
+``PartitionPipeline.process_many`` on each partition, on generated load.
 
 The cheapest honest measure of a change to the pipeline's shape: the same messages through two
 versions of ``streams/pipeline.py`` in one process, runs interleaved (A, B, A, B, ...) so both see the
@@ -95,9 +97,11 @@ def workload(gpus: int, scrapes: int, partitions: int, per_batch: int, bad: bool
 
 
 def run(module: ModuleType, inv: InventoryIndex, batches: list[tuple[str, list[tuple[bytes, str, int, int]]]],
-        keep: bool = False, timed: bool = False) -> tuple[float, int, list[Any]]:
-    """Every batch through fresh pipelines of ``module``: CPU seconds inside ``process_many`` (the cores
-    are shared, so wall time would measure the neighbours), samples, outputs."""
+        keep: bool = False, timed: bool = False, alone: bool = False) -> tuple[float, int, list[Any]]:
+    """Every batch through fresh pipelines of ``module``: CPU seconds inside the pipeline calls (the cores
+    are shared, so wall time would measure the neighbours), samples, outputs. As the ingest agent runs
+    them where ``module`` has ``run_together`` (one detector bank for every partition; the batches of the
+    partitions that follow one another run together), unless ``alone``: ``process_many`` on each."""
     pipes: dict[str, Any] = {}
     origin_cls = module.Origin
     calls = [(origin, [(raw, origin_cls(t, p, off, None, None)) for raw, t, p, off in items])
@@ -106,6 +110,29 @@ def run(module: ModuleType, inv: InventoryIndex, batches: list[tuple[str, list[t
     spent = 0.0
     samples = 0
     config = DetectorConfig()
+    together = getattr(module, "run_together", None)
+    if together is not None and not alone:
+        # as the ingest agent runs them: a batch of every partition at once, one detector bank shared
+        from streams.detect import DetectorBank
+
+        bank = DetectorBank(config)
+        for group in agent_batches(calls):
+            work = []
+            for origin, items in group:
+                pipe = pipes.get(origin)
+                if pipe is None:
+                    pipe = pipes[origin] = module.PartitionPipeline(origin, config, inv, bank=bank)
+                work.append((pipe, items))
+            t0 = time.thread_time()
+            results = together(work, time.perf_counter) if timed else together(work)
+            spent += time.thread_time() - t0
+            for out in results:
+                if isinstance(out, Exception):
+                    raise out
+                samples += out.samples
+                if keep:
+                    outs.append(out)
+        return spent, samples, outs
     for origin, items in calls:
         pipe = pipes.get(origin)
         if pipe is None:
@@ -117,6 +144,21 @@ def run(module: ModuleType, inv: InventoryIndex, batches: list[tuple[str, list[t
         if keep:
             outs.append(out)
     return spent, samples, outs
+
+
+def agent_batches(calls: list[tuple[str, Any]]) -> list[list[tuple[str, Any]]]:
+    """The workload's calls as the ingest agent's batches: runs of distinct partitions (each partition's
+    share of a batch once).
+
+    >>> [[o for o, _ in g] for g in agent_batches([("a", 1), ("b", 2), ("a", 3)])]
+    [['a', 'b'], ['a']]
+    """
+    out: list[list[tuple[str, Any]]] = []
+    for origin, items in calls:
+        if not out or any(o == origin for o, _ in out[-1]):
+            out.append([])
+        out[-1].append((origin, items))
+    return out
 
 
 def comparable(out: Any) -> str:
@@ -132,8 +174,8 @@ def one_pass(args: argparse.Namespace) -> int:
     import streams.pipeline as current
 
     inv, batches, _ = workload(args.gpus, args.scrapes, args.partitions, args.scrapes_per_batch)
-    run(current, inv, batches[:8])  # warm-up, not measured: imports, first allocations
-    spent, samples, outs = run(current, inv, batches, keep=True)
+    run(current, inv, batches[:8], alone=args.alone)  # warm-up, not measured: imports, first allocations
+    spent, samples, outs = run(current, inv, batches, keep=True, alone=args.alone)
     digest = hashlib.sha256("\n".join(comparable(o) for o in outs).encode()).hexdigest()[:16]
     print(samples, spent, digest)
     return 0
@@ -144,7 +186,8 @@ def trees(args: argparse.Namespace) -> int:
     here = Path(__file__).resolve().parents[1]
     versions = {"baseline": Path(args.baseline_tree).resolve(), "current": here}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--one-pass", "--gpus", str(args.gpus), "--scrapes",
-           str(args.scrapes), "--partitions", str(args.partitions), "--scrapes-per-batch", str(args.scrapes_per_batch)]
+           str(args.scrapes), "--partitions", str(args.partitions), "--scrapes-per-batch", str(args.scrapes_per_batch),
+           *(["--alone"] if args.alone else [])]
     rates: dict[str, list[float]] = {name: [] for name in versions}
     digests: dict[str, set[str]] = {name: set() for name in versions}
     for r in range(args.repeat):
@@ -181,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path", action="append", default=[],
                         help="with --baseline-tree: a directory both trees' processes import from too (e.g. a "
                              "--target install of an optional package)")
+    parser.add_argument("--alone", action="store_true",
+                        help="each partition's batches through process_many, as before the partitions were run "
+                             "together (the default where the tree has streams.pipeline.run_together)")
     parser.add_argument("--one-pass", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_pass:
