@@ -96,14 +96,56 @@ def workload(gpus: int, scrapes: int, partitions: int, per_batch: int, bad: bool
     return inv, batches, gen.samples_per_scrape * scrapes
 
 
+def lane_batches(batches: list[tuple[str, list[tuple[bytes, str, int, int]]]], chunk: int, most: int = 4000
+                 ) -> list[list[tuple[str, list[tuple[bytes, str, int, int]]]]]:
+    """The workload's messages as the ingest lane hands a backlog to the agent: each partition's messages
+    in fetch chunks of ``chunk`` (a fetch brings each partition's next chunk, in partition order), a batch
+    whole chunks in that order up to ``most`` messages (the last one split): a few partitions a batch,
+    many scrapes deep (a worker draining the bench's backlog took 3-13 partitions a batch, mostly of one
+    topic).
+
+    >>> b = [("a", [1, 2, 3]), ("b", [4, 5])]
+    >>> [[(o, m) for o, m in g] for g in lane_batches(b, 2, most=3)]
+    [[('a', [1, 2]), ('b', [4])], [('b', [5]), ('a', [3])]]
+    """
+    streams: dict[str, list[Any]] = {}
+    for origin, items in batches:
+        streams.setdefault(origin, []).extend(items)
+    fetched: list[tuple[str, list[Any]]] = []
+    at = dict.fromkeys(streams, 0)
+    while any(at[o] < len(streams[o]) for o in streams):
+        for o in sorted(streams):
+            if at[o] < len(streams[o]):
+                fetched.append((o, streams[o][at[o]:at[o] + chunk]))
+                at[o] += chunk
+    out: list[list[tuple[str, list[Any]]]] = []
+    taken: dict[str, list[Any]] = {}
+    room = most
+    for origin, items in fetched:
+        while items:
+            part, items = items[:room], items[room:]
+            taken.setdefault(origin, []).extend(part)
+            room -= len(part)
+            if room == 0:
+                out.append(list(taken.items()))
+                taken, room = {}, most
+    if taken:
+        out.append(list(taken.items()))
+    return out
+
+
 def run(module: ModuleType, inv: InventoryIndex, batches: list[tuple[str, list[tuple[bytes, str, int, int]]]],
-        keep: bool = False, timed: bool = False, alone: bool = False) -> tuple[float, int, list[Any]]:
+        keep: bool = False, timed: bool = False, alone: bool = False, lane: int = 0) -> tuple[float, int, list[Any]]:
     """Every batch through fresh pipelines of ``module``: CPU seconds inside the pipeline calls (the cores
     are shared, so wall time would measure the neighbours), samples, outputs. As the ingest agent runs
     them where ``module`` has ``run_together`` (one detector bank for every partition; the batches of the
-    partitions that follow one another run together), unless ``alone``: ``process_many`` on each."""
+    partitions that follow one another run together), unless ``alone``: ``process_many`` on each. With
+    ``lane``, the batches are re-cut as the ingest lane hands a backlog over (:func:`lane_batches`)."""
     pipes: dict[str, Any] = {}
     origin_cls = module.Origin
+    groups = lane_batches(batches, lane) if lane else None
+    if groups is not None:
+        batches = [call for group in groups for call in group]
     calls = [(origin, [(raw, origin_cls(t, p, off, None, None)) for raw, t, p, off in items])
              for origin, items in batches]
     outs = []
@@ -116,7 +158,10 @@ def run(module: ModuleType, inv: InventoryIndex, batches: list[tuple[str, list[t
         from streams.detect import DetectorBank
 
         bank = DetectorBank(config)
-        for group in agent_batches(calls):
+        if groups is not None:
+            sizes = [len(g) for g in groups]
+            cut = [calls[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]
+        for group in (cut if groups is not None else agent_batches(calls)):
             work = []
             for origin, items in group:
                 pipe = pipes.get(origin)
@@ -175,7 +220,7 @@ def one_pass(args: argparse.Namespace) -> int:
 
     inv, batches, _ = workload(args.gpus, args.scrapes, args.partitions, args.scrapes_per_batch)
     run(current, inv, batches[:8], alone=args.alone)  # warm-up, not measured: imports, first allocations
-    spent, samples, outs = run(current, inv, batches, keep=True, alone=args.alone)
+    spent, samples, outs = run(current, inv, batches, keep=True, alone=args.alone, lane=args.lane)
     digest = hashlib.sha256("\n".join(comparable(o) for o in outs).encode()).hexdigest()[:16]
     print(samples, spent, digest)
     return 0
@@ -187,7 +232,7 @@ def trees(args: argparse.Namespace) -> int:
     versions = {"baseline": Path(args.baseline_tree).resolve(), "current": here}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--one-pass", "--gpus", str(args.gpus), "--scrapes",
            str(args.scrapes), "--partitions", str(args.partitions), "--scrapes-per-batch", str(args.scrapes_per_batch),
-           *(["--alone"] if args.alone else [])]
+           *(["--alone"] if args.alone else []), "--lane", str(args.lane)]
     rates: dict[str, list[float]] = {name: [] for name in versions}
     digests: dict[str, set[str]] = {name: set() for name in versions}
     for r in range(args.repeat):
@@ -227,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alone", action="store_true",
                         help="each partition's batches through process_many, as before the partitions were run "
                              "together (the default where the tree has streams.pipeline.run_together)")
+    parser.add_argument("--lane", type=int, default=0, metavar="CHUNK",
+                        help="batches as the ingest lane hands a backlog over: fetch chunks of CHUNK messages a "
+                             "partition, whole chunks in fetch order up to 4,000 messages a batch (0: the "
+                             "workload's batches, every partition each)")
     parser.add_argument("--one-pass", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_pass:

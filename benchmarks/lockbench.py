@@ -557,7 +557,7 @@ def state_per_series(series_target: int) -> dict[str, Any]:
     import tracemalloc
 
     from lockstep.loadgen import LoadGenerator, LoadSpec
-    from streams.detect import DetectorConfig
+    from streams.detect import DetectorBank, DetectorConfig
     from streams.inventory import InventoryIndex
     from streams.pipeline import Origin, PartitionPipeline
     from streams.series import SeriesLimits
@@ -573,7 +573,9 @@ def state_per_series(series_target: int) -> dict[str, Any]:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     limits = SeriesLimits(max_series=max(SeriesLimits().max_series, 2 * series_target))
-    pipe = PartitionPipeline("t:0", DetectorConfig(limits=limits), inv)
+    config = DetectorConfig(limits=limits)
+    # as in a worker: the detector's arrays in a bank shared by its input partitions (rows mapped by id)
+    pipe = PartitionPipeline("t:0", config, inv, bank=DetectorBank(config))
     for msgs in scrapes:
         pipe.process_many(msgs)
     heap = tracemalloc.get_traced_memory()[0] - before

@@ -178,7 +178,7 @@ class PartitionPipeline:
         # Per series: lane code (-1: not forwarded), candidate job set and the inventory version it is for.
         self._lane = np.full(0, -1, dtype=np.int8)
         self._jobset = np.full(0, -1, dtype=np.int32)
-        self._jobset_version = np.full(0, -1, dtype=np.int64)
+        self._jobset_version = np.full(0, -1, dtype=np.int32)
         self._jobsets: list[tuple[str, ...]] = []
         self._jobset_ids: dict[tuple[str, ...], int] = {}
         self._intervals: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -509,7 +509,7 @@ class PartitionPipeline:
         self._src_free = []
         self._lane = np.full(0, -1, dtype=np.int8)
         self._jobset = np.full(0, -1, dtype=np.int32)
-        self._jobset_version = np.full(0, -1, dtype=np.int64)
+        self._jobset_version = np.full(0, -1, dtype=np.int32)
         self._worker = {}
         if self.fabric is not None:
             self.fabric = PartitionFabric(self.fabric.config, self.fabric.interval_s)
@@ -531,8 +531,11 @@ class PartitionPipeline:
         ``row_index`` the validate stage's :attr:`row_ids` with its shared layouts (not state: not
         snapshotted, but held)."""
         n = max(len(self.registry), 1)
-        # a shared bank: the rows this pipeline holds (and its map of ids to rows, counted with the lanes)
-        rows = max(self.detector.mode.shape[0] if self._rows is None else self._nrows, 1)
+        # the bank at its allocated capacity; a shared one, this pipeline's share of it by rows held (its map
+        # of ids to rows is counted with the lanes)
+        rows = float(max(self.detector.mode.shape[0], 1))
+        if self._rows is not None:
+            rows *= self._nrows / max(self.detector.rows_in_use, 1)
         parts = {k: v * rows for k, v in self.detector.nbytes_per_series().items()}
         parts["rates"] = float(self.rates.last_ts.nbytes + self.rates.last_value.nbytes)
         parts["registry"] = float(self.registry.nbytes())

@@ -81,7 +81,9 @@ class Points:
         if sel.size == 0:
             return
         sids = ids[sel]
-        version = part.inventory.version
+        # (int32 a series: the version modulo 2**31; a stale job set taken for fresh would need exactly a
+        # multiple of 2**31 inventory changes since the series was last looked at)
+        version = part.inventory.version % 2**31
         stale = part._jobset_version[sids] != version
         if stale.any():
             for sid in np.unique(sids[stale]).tolist():
