@@ -116,7 +116,6 @@ class Points:
         """:meth:`_round`'s work for one (job set, lane) group (``g``) of a round: the values of ``rows``
         grouped by time (:func:`by_time`), for each job of the set at the times it runs."""
         names = part._worker
-        points = out.points
         t = ts[rows]
         v = x[rows]
         lane_name = LANE_NAMES[g % 64]
@@ -132,16 +131,7 @@ class Points:
                 groups, wgroups = by_time(t[active], v[active], ids[rows[active]] if peer else None, names)
             else:
                 continue
-            lanes = points.get(job)
-            if lanes is None:
-                lanes = points[job] = {}
-            have = lanes.get(lane_name)
-            if have is None:
-                lanes[lane_name] = list(groups)
-            else:
-                have.extend(groups)
-            if peer:
-                out.workers.setdefault(job, {}).setdefault(lane_name, []).extend(wgroups)
+            _add(out, job, lane_name, groups, wgroups if peer else None)
 
     @staticmethod
     def _at_one_time(part: Any, out: Any, t0: float, g: int, rows: np.ndarray, ids: np.ndarray, x: np.ndarray) -> None:
@@ -156,14 +146,19 @@ class Points:
             if whole is None:
                 vl = x[rows].tolist()
                 whole = ([[t0, vl]], [[t0, list(vl), [part._worker[i] for i in ids[rows].tolist()]]] if peer else [])
-            groups, wgroups = whole
-            lanes = out.points.get(job)
-            if lanes is None:
-                lanes = out.points[job] = {}
-            have = lanes.get(lane_name)
-            if have is None:
-                lanes[lane_name] = list(groups)
-            else:
-                have.extend(groups)
-            if peer:
-                out.workers.setdefault(job, {}).setdefault(lane_name, []).extend(wgroups)
+            _add(out, job, lane_name, whole[0], whole[1] if peer else None)
+
+
+def _add(out: Any, job: str, lane_name: str, groups: list[list[Any]], wgroups: list[list[Any]] | None) -> None:
+    """A job's groups of one lane into the batch's points (and, for a peer-compared lane, its groups with
+    each value's worker into ``out.workers``)."""
+    lanes = out.points.get(job)
+    if lanes is None:
+        lanes = out.points[job] = {}
+    have = lanes.get(lane_name)
+    if have is None:
+        lanes[lane_name] = list(groups)
+    else:
+        have.extend(groups)
+    if wgroups is not None:
+        out.workers.setdefault(job, {}).setdefault(lane_name, []).extend(wgroups)
