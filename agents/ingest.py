@@ -161,7 +161,12 @@ class Ingest:
                           ready.partition, len(ready.events), exc_info=out)
                 failed.append((ready.topic, ready.partition, ready.events, ready.before))
                 continue
-            done.append(await self.emit(ready, out))
+            try:
+                done.append(await self.emit(ready, out))
+            except Exception:  # as before the partitions ran together: its outputs are produced again
+                log.exception("ingest batch failed on %s[%s]; retrying its %d messages one by one", ready.topic,
+                              ready.partition, len(ready.events))
+                failed.append((ready.topic, ready.partition, ready.events, ready.before))
         for topic, partition, group, before in failed:
             done += await self.retry(topic, partition, group, before)
         return done

@@ -45,8 +45,10 @@ def samples_processed(worker: Worker) -> float:
 
 
 async def run(settings: LockstepSettings, messages: list[bytes], done: Callable[[float, list[Any]], bool],
-              before: list[bytes] = ()) -> tuple[float, list[dict[str, Any]], Worker]:
-    """Produce ``before`` and wait until it is processed, then ``messages`` in one flush (one ingest batch)."""
+              before: list[bytes] = (), partition_of: Callable[[bytes], int] | None = None
+              ) -> tuple[float, list[dict[str, Any]], Worker]:
+    """Produce ``before`` and wait until it is processed, then ``messages`` in one flush (one ingest batch);
+    each message to ``partition_of(message)`` when given, else by its key."""
     bootstrap = settings.kafka_bootstrap_servers or ""
     await create_topics(settings, bootstrap)
     cat = TopicCatalogue(settings)
@@ -55,8 +57,11 @@ async def run(settings: LockstepSettings, messages: list[bytes], done: Callable[
     producer = await start_producer(settings, bootstrap)
     dlq: list[dict[str, Any]] = []
     try:
+        def where(raw: bytes) -> int | None:
+            return None if partition_of is None else partition_of(raw)
+
         for raw in before:
-            await producer.send(cat.telemetry("nic"), raw, key=b"gpu001")
+            await producer.send(cat.telemetry("nic"), raw, key=b"gpu001", partition=where(raw))
         await producer.flush()
         want = sum(len(orjson.loads(r)) for r in before)
         deadline = time.monotonic() + 90
@@ -64,7 +69,7 @@ async def run(settings: LockstepSettings, messages: list[bytes], done: Callable[
             await asyncio.sleep(0.2)
         await asyncio.sleep(0)  # the snapshots of that progress are queued; written after the next flush
         for raw in messages:
-            await producer.send(cat.telemetry("nic"), raw, key=b"gpu001")
+            await producer.send(cat.telemetry("nic"), raw, key=b"gpu001", partition=where(raw))
         await producer.flush()
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -118,4 +123,52 @@ def test_a_message_that_trips_a_bug_is_parked_alone_and_the_rest_processed_once(
     assert processed == valid  # none lost, none counted twice
     retries = sum(s.value for m in worker.metrics.batch_retries.collect() for s in m.samples
                   if s.name.endswith("_total"))
-    assert retries >= 1
+    assert retries >= 1  # 2 when both partitions came in one batch (as in every run here): both were retried
+
+
+def test_a_bug_in_the_score_shared_by_two_partitions_parks_one_message_and_loses_nothing(
+        broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker scores its input partitions together (one detector bank): a bug there raises for every
+    partition of the batch. Each is put back to its snapshot and retried message by message; the message
+    that trips the bug alone is parked, every other sample of both partitions is processed once."""
+    import streams.pipeline as pipeline
+    from streams.stages.score import Score, score_together
+
+    def tripped(batches: list[Batch]) -> bool:
+        return any(b"bug-trigger" in raw for b in batches for raw, _ in b.messages)
+
+    def together_with_a_bug(batches: list[Batch], timer: Any = None) -> None:
+        if tripped(batches):
+            raise RuntimeError("a bug in the shared score, injected")
+        score_together(batches, timer)
+
+    alone = Score.run
+
+    def alone_with_a_bug(self: Score, batch: Batch) -> None:
+        if tripped([batch]):
+            raise RuntimeError("a bug in the shared score, injected")
+        alone(self, batch)
+
+    monkeypatch.setattr(pipeline, "score_together", together_with_a_bug)
+    monkeypatch.setattr(Score, "run", alone_with_a_bug)
+    settings = make_settings(broker.bootstrap, snapshot_interval_s=1.0)
+    sources = ("gpu001", "gpu002")
+
+    def partition_of(raw: bytes) -> int:  # the two sources on two input partitions
+        return 0 if b'"gpu001"' in raw else 1
+
+    before = [orjson.dumps(scrape(k, source=src, ports=100)) for k in range(6) for src in sources]
+    trigger = scrape(8, source="gpu001", ports=100)
+    trigger[0]["labels"] = {"device": "bug-trigger", "port": "1"}
+    messages = [orjson.dumps(scrape(k, source=src, ports=100)) for k in (6, 7) for src in sources]
+    messages += [orjson.dumps(trigger), orjson.dumps(scrape(8, source="gpu002", ports=100))]
+    messages += [orjson.dumps(scrape(9, source=src, ports=100)) for src in sources]
+    valid = 2 * 6 * 100 + 7 * 100  # the trigger message is parked whole
+    processed, dlq, worker = asyncio.run(run(settings, messages, lambda n, d: n >= valid and len(d) >= 1, before,
+                                             partition_of))
+    assert [d["error"] for d in dlq] == ["InternalError"], dlq
+    assert base64.b64decode(dlq[0]["original"]) == orjson.dumps(trigger) and "shared score" in dlq[0]["reason"]
+    assert processed == valid  # none lost, none counted twice, in either partition
+    retries = sum(s.value for m in worker.metrics.batch_retries.collect() for s in m.samples
+                  if s.name.endswith("_total"))
+    assert retries >= 1  # 2 when both partitions came in one batch (as in every run here): both were retried
