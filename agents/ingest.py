@@ -64,9 +64,8 @@ class Prepared:
     #: the pipeline items: the hole read around Faust, then the messages not already in the state
     items: list[tuple[bytes, Origin]]
     hole: list[Any]
-    #: the batch's events of the partition, and its state's last offset before the batch
+    #: the batch's events of the partition
     events: list[Any]
-    before: int | None
 
 
 def items_of(records: list[Any]) -> list[tuple[bytes, Origin]]:
@@ -134,40 +133,36 @@ class Ingest:
         partition. A partition whose processing raises (a bug) is retried message by message from its state
         before the batch (:meth:`retry`): the message that raises alone is dead-lettered, nothing else is
         lost; a raise in the shared ``score`` stage retries every partition scored with it."""
-        prepared: list[Prepared] = []
+        prepared: list[tuple[Prepared, int | None]] = []
         done: list[Processed] = []
-        failed: list[tuple[str, int, list[Any], int | None]] = []
+        #: (topic, partition, its events, its state's last offset before the batch, what was raised)
+        failed: list[tuple[str, int, list[Any], int | None, Exception]] = []
         for (topic, partition), group in groups.items():
             name = f"{topic}:{partition}"
             before = self.last_offset_of(name)
             try:
                 ready = await self.prepare(topic, partition, group)
-            except Exception:
-                log.exception("ingest batch failed on %s[%s]; retrying its %d messages one by one", topic, partition,
-                              len(group))
-                failed.append((topic, partition, group, before))
+            except Exception as exc:
+                failed.append((topic, partition, group, before, exc))
                 continue
             if ready.items:
-                prepared.append(ready)
+                prepared.append((ready, before))
             else:
                 done.append(Processed(name, partition, ready.pipe, None, []))
         # From here to the outputs, no await: the pipelines run together as they are now.
         started = time.perf_counter()
-        outs = run_together([(r.pipe, r.items) for r in prepared], timer=time.perf_counter)
+        outs = run_together([(r.pipe, r.items) for r, _ in prepared], timer=time.perf_counter)
         self.metrics.stage_seconds.labels("ingest_batch").observe(time.perf_counter() - started)
-        for ready, out in zip(prepared, outs, strict=True):
-            if isinstance(out, Exception):
-                log.error("ingest batch failed on %s[%s]; retrying its %d messages one by one", ready.topic,
-                          ready.partition, len(ready.events), exc_info=out)
-                failed.append((ready.topic, ready.partition, ready.events, ready.before))
-                continue
+        for (ready, before), out in zip(prepared, outs, strict=True):
             try:
+                if isinstance(out, Exception):
+                    raise out
                 done.append(await self.emit(ready, out))
-            except Exception:  # as before the partitions ran together: its outputs are produced again
-                log.exception("ingest batch failed on %s[%s]; retrying its %d messages one by one", ready.topic,
-                              ready.partition, len(ready.events))
-                failed.append((ready.topic, ready.partition, ready.events, ready.before))
-        for topic, partition, group, before in failed:
+            except Exception as exc:  # (outputs that failed to go out are produced again, as before)
+                failed.append((ready.topic, ready.partition, ready.events, before, exc))
+        for topic, partition, group, before, error in failed:
+            log.error("ingest batch failed on %s[%s]; retrying its %d messages one by one", topic, partition,
+                      len(group), exc_info=error)
             done += await self.retry(topic, partition, group, before)
         return done
 
@@ -233,7 +228,6 @@ class Ingest:
         the hole read around Faust before them."""
         rt, state = self.rt, self.state
         name = f"{topic}:{partition}"
-        before = self.last_offset_of(name)
         pipe = self.pipeline_for(name)
         items = [(raw_bytes(e.value), Origin(topic, partition, e.message.offset, e.message.timestamp, e.message.key))
                  for e in events]
@@ -256,7 +250,7 @@ class Ingest:
                 if rt.offsets is not None else []
             if hole:  # processed first, in offset order; acknowledged to Faust once their outputs are out
                 items = items_of(hole) + items
-        return Prepared(topic, partition, name, pipe, items, hole, events, before)
+        return Prepared(topic, partition, name, pipe, items, hole, events)
 
     async def process_partition(self, topic: str, partition: int, events: list[Any]) -> Processed:
         """Process one input partition's messages of a batch alone and send their anomalies, clocks and dead

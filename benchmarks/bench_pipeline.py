@@ -143,11 +143,10 @@ def run(module: ModuleType, inv: InventoryIndex, batches: list[tuple[str, list[t
     ``lane``, the batches are re-cut as the ingest lane hands a backlog over (:func:`lane_batches`)."""
     pipes: dict[str, Any] = {}
     origin_cls = module.Origin
-    groups = lane_batches(batches, lane) if lane else None
-    if groups is not None:
-        batches = [call for group in groups for call in group]
-    calls = [(origin, [(raw, origin_cls(t, p, off, None, None)) for raw, t, p, off in items])
-             for origin, items in batches]
+    groups = [[(origin, [(raw, origin_cls(t, p, off, None, None)) for raw, t, p, off in items])
+               for origin, items in group]
+              for group in (lane_batches(batches, lane) if lane else agent_batches(batches))]
+    calls = [call for group in groups for call in group]
     outs = []
     spent = 0.0
     samples = 0
@@ -158,10 +157,7 @@ def run(module: ModuleType, inv: InventoryIndex, batches: list[tuple[str, list[t
         from streams.detect import DetectorBank
 
         bank = DetectorBank(config)
-        if groups is not None:
-            sizes = [len(g) for g in groups]
-            cut = [calls[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]
-        for group in (cut if groups is not None else agent_batches(calls)):
+        for group in groups:
             work = []
             for origin, items in group:
                 pipe = pipes.get(origin)

@@ -472,7 +472,7 @@ class PartitionPipeline:
         :meth:`~streams.detect.DetectorBank.recycle`; using this pipeline after that raises."""
         if self._rows is None or self._released_at is not None:
             return
-        self.detector.release(self._rows[:self._nrows].astype(np.int64))
+        self.detector.release(self._rows[:self._nrows])
         self._released_at = self.detector.recycled
 
     # -- state ----------------------------------------------------------------------------------
@@ -500,7 +500,7 @@ class PartitionPipeline:
         if self._rows is None:
             self.detector = DetectorBank(self.config)
         else:  # the rows held go back; each restored series gets one (register_new below)
-            self.detector.release(self._rows[:self._nrows].astype(np.int64))
+            self.detector.release(self._rows[:self._nrows])
             self._rows = np.zeros(0, dtype=np.int32)
             self._nrows = 0
         self._src_code = np.full(0, -1, dtype=np.int32)
@@ -516,7 +516,7 @@ class PartitionPipeline:
         self.register_new(None)
         if self.fabric is not None and "fabric" in meta:
             self.fabric.restore(meta["fabric"])
-        self.detector.restore(arrays, None if self._rows is None else self._rows[:self.registry.size].astype(np.int64))
+        self.detector.restore(arrays, None if self._rows is None else self._rows[:self.registry.size])
         self.watermark = meta["watermark"]
         self.last_offset = meta["offset"]
         self.last_record_ts = meta.get("record_ts")

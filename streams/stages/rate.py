@@ -55,11 +55,9 @@ class Rate:
             usable &= ~overflow
         if res.reset.any():
             out.resets += int((res.reset & counter).sum())
-        if res.in_order:
-            pass
-        elif res.duplicate.any():
-            out.duplicates += int(res.duplicate.sum())
-        if not res.in_order and res.out_of_order.any():
+        if not res.in_order:  # (in order: no duplicate, none out of order)
+            if res.duplicate.any():
+                out.duplicates += int(res.duplicate.sum())
             for late in np.flatnonzero(res.out_of_order).tolist():
                 out.out_of_order += 1
                 batch.dead_letter(self.name, f"out of order: ts {ts[late]:.3f} is not after the series' last sample",

@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 import pytest
 
-from benchmarks.bench_pipeline import workload
+from benchmarks.bench_pipeline import agent_batches, workload
 from streams.detect import DetectorBank, DetectorConfig
 from streams.inventory import InventoryIndex
 from streams.pipeline import Origin, PartitionPipeline, PipelineOutput, run_together
@@ -35,16 +35,6 @@ def items(batch: list[tuple[bytes, str, int, int]]) -> list[tuple[bytes, Origin]
     return [(raw, Origin(topic, p, off, None, None)) for raw, topic, p, off in batch]
 
 
-def rounds_of(batches: Batches) -> list[Batches]:
-    """The workload's batches as the ingest agent takes them: one batch of each partition at a time."""
-    out: list[Batches] = []
-    for origin, batch in batches:
-        if not out or any(o == origin for o, _ in out[-1]):
-            out.append([])
-        out[-1].append((origin, batch))
-    return out
-
-
 def alone(inv: InventoryIndex, cfg: DetectorConfig, batches: Batches) -> tuple[list[bytes], dict[str, Any]]:
     pipes: dict[str, PartitionPipeline] = {}
     outs = []
@@ -58,7 +48,7 @@ def together(inv: InventoryIndex, cfg: DetectorConfig, batches: Batches,
              bank: DetectorBank) -> tuple[list[bytes], dict[str, PartitionPipeline]]:
     pipes: dict[str, PartitionPipeline] = {}
     outs = []
-    for group in rounds_of(batches):
+    for group in agent_batches(batches):
         work = [(pipes.get(o) or pipes.setdefault(o, PartitionPipeline(o, cfg, inv, bank=bank)), items(b))
                 for o, b in group]
         for out in run_together(work):
@@ -124,7 +114,7 @@ def test_a_restored_pipeline_takes_new_rows_and_gives_the_same_outputs(load: Any
         assert same_state(restored[origin], pipes_alone[origin])
     outs_alone = [comparable(pipes_alone[o].process_many(items(b))) for o, b in batches[half:]]
     outs_together = []
-    for group in rounds_of(batches[half:]):
+    for group in agent_batches(batches[half:]):
         outs_together += [comparable(o) for o in run_together([(restored[o], items(b)) for o, b in group])
                           if isinstance(o, PipelineOutput)]
     assert outs_together == outs_alone
@@ -161,7 +151,7 @@ def test_a_bug_in_one_partition_costs_that_partition_and_one_in_the_shared_score
         load: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     inv, batches = load
     cfg = DetectorConfig(min_samples=5)
-    group = rounds_of(batches)[0]
+    group = agent_batches(batches)[0]
     bank = DetectorBank(cfg)
     pipes = [PartitionPipeline(o, cfg, inv, bank=bank) for o, _ in group]
     victim = pipes[1].origin
@@ -186,7 +176,7 @@ def test_a_bug_in_one_partition_costs_that_partition_and_one_in_the_shared_score
         raise ValueError("score bug")
 
     monkeypatch.setattr(DetectorBank, "update", broken)
-    second = rounds_of(batches)[1]
+    second = agent_batches(batches)[1]
     outs = run_together([(p, items(b)) for p, (_, b) in zip(pipes, second, strict=True)])
     assert all(isinstance(o, ValueError) for o in outs)
     assert "in ingest stage 'score' of " in str(outs[0].__notes__)  # type: ignore[union-attr]
