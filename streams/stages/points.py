@@ -71,8 +71,14 @@ class Points:
     name = "points"
 
     def run(self, batch: Batch) -> None:
-        for rnd in batch.rounds:
-            self._round(batch, rnd.ids, rnd.ts, rnd.x)
+        rounds = batch.rounds
+        if len(rounds) == 1:
+            self._round(batch, rounds[0].ids, rounds[0].ts, rounds[0].x)
+        elif rounds:
+            # Every round at once (a backlog batch holds dozens of scrapes of a few series each): the groups
+            # are by event time, so they do not depend on how the samples were cut into rounds.
+            self._round(batch, np.concatenate([r.ids for r in rounds]), np.concatenate([r.ts for r in rounds]),
+                        np.concatenate([r.x for r in rounds]))
 
     def _round(self, batch: Batch, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> None:
         part, out = batch.part, batch.out

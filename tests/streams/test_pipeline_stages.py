@@ -212,3 +212,63 @@ def test_a_round_at_one_time_gives_the_points_the_grouping_by_time_gives(monkeyp
     assert {t0 + 2, t0 + 5, t0 + 8} <= set(calls)  # before, between and after the two jobs
     jobs = {job for points, _ in fast for job in points}
     assert {"job00000", "job09"} <= jobs and any(workers for _, workers in fast)
+
+
+def test_a_backlog_batch_gives_each_job_the_points_its_scrapes_give_one_by_one() -> None:
+    """The points stage groups a batch's rounds at once: the same values at the same times for each job and
+    lane (and worker) as the scrapes one at a time, with jobs that end and start on the same nodes and a
+    source missing from one scrape (so a round mixes two scrapes' times)."""
+    from collections import Counter
+
+    from lockstep.loadgen import LoadGenerator, LoadSpec
+
+    spec = LoadSpec(gpus=32, nodes_per_job=2)
+    t0 = spec.start_ts
+
+    def inventory() -> InventoryIndex:
+        inv = InventoryIndex()
+        for doc in LoadGenerator(spec).inventory():
+            inv.apply(inventory_adapter.validate_python(doc))
+        for doc in ({"kind": "job", "ts": t0 + 4.5, "job_id": "job00000", "state": "COMPLETED",
+                     "nodes": "n000000,n000001", "gpus_per_node": 8},
+                    {"kind": "job", "ts": t0 + 7.0, "job_id": "job09", "state": "RUNNING",
+                     "nodes": "n000000,n000001", "gpus_per_node": 8}):
+            inv.apply(inventory_adapter.validate_python(doc))
+        return inv
+
+    def messages() -> dict[str, list[tuple[bytes, Origin]]]:
+        gen = LoadGenerator(spec)
+        parts: dict[str, list[tuple[bytes, Origin]]] = {}
+        for k in range(10):
+            for layer, key, raw in gen.messages(k):
+                if k == 3 and key == b"n000000":
+                    continue  # this node's scrape 3 is lost: its scrape 4 shares round 4 with the others' scrape 3
+                items = parts.setdefault(f"telemetry.{layer}:0", [])
+                items.append((raw, Origin(f"telemetry.{layer}", 0, len(items))))
+        return parts
+
+    def flat(outs: list[Any]) -> tuple[Counter[Any], Counter[Any]]:
+        points: Counter[Any] = Counter()
+        workers: Counter[Any] = Counter()
+        for out in outs:
+            for job, lanes in out.points.items():
+                points.update((job, lane, g[0], v) for lane, groups in lanes.items() for g in groups for v in g[1])
+            for job, lanes in out.workers.items():
+                workers.update((job, lane, g[0], v, w) for lane, groups in lanes.items() for g in groups
+                               for v, w in zip(g[1], g[2], strict=True))
+        return points, workers
+
+    inv = inventory()
+    together = [PartitionPipeline(origin, DetectorConfig(), inv).process_many(items)
+                for origin, items in messages().items()]
+    one_by_one = []
+    for origin, items in messages().items():
+        pipe = PartitionPipeline(origin, DetectorConfig(), inv)
+        one_by_one += [pipe.process_many([item]) for item in items]
+    points, workers = flat(together)
+    assert (points, workers) == flat(one_by_one)
+    jobs = {job for job, *_ in points}
+    assert {"job00000", "job09"} <= jobs and workers
+    assert not any(job == "job00000" and ts > t0 + 4.5 for job, _, ts, _ in points)  # ended: nothing after
+    assert not any(job == "job09" and ts < t0 + 7.0 for job, _, ts, _ in points)  # not started: nothing before
+    assert max(out.samples for out in together) > 100  # several scrapes a batch: several rounds
