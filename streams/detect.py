@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streams.catalogue import Direction, Mode
-from streams.scorers.base import SeriesScorer
+from streams.scorers.base import Evaluation, SeriesScorer
 from streams.scorers.robust import RobustConfig, RobustScorer
 from streams.series import Rows, SeriesLimits, grow, row_index, rows_size, take_rows
 from streams.sketch import RollingPercentiles, SketchConfig
@@ -122,6 +122,14 @@ class Transitions:
     score: np.ndarray
     p50: np.ndarray
     p99: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The scorer's evaluation of a round's rows ``rows`` (None: every row; ``ev`` None: no row)."""
+
+    ev: Evaluation | None
+    rows: np.ndarray | None
 
 
 @dataclass(slots=True)
@@ -248,37 +256,62 @@ class DetectorBank:
 
     # -- scoring ------------------------------------------------------------------------------
     def _score(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, object, np.ndarray | None]:
+               ) -> tuple[np.ndarray, np.ndarray, Judged, np.ndarray | None]:
         """Scores, novelty, the scorer's evaluation and, where some row is not a plain level or rate,
-        the rows' modes (None: every row scores as the scorer says)."""
+        the rows' modes (None: every row scores as the scorer says).
+
+        The scorer judges only the rows it scores: an event's score is its value's change and a context
+        series never scores, so neither is evaluated nor learnt (a quarter of a GPU scrape's rows: power,
+        memory used, the last XID); their percentiles are kept all the same (the sketch)."""
         cfg = self.config
-        ev = self.scorer.evaluate(ids, ts, x)
         mode = self.mode[ids]
         # Rows per mode (one call; a mode no row has costs no mask).
         _, _, errors, events, contexts = np.bincount(mode, minlength=5).tolist()
         if not (errors or events or contexts):
-            return ev.score, ev.novelty, ev, None
-        score, novelty = ev.score.copy(), ev.novelty.copy()
-        if errors:
+            ev = self.scorer.evaluate(ids, ts, x)
+            return ev.score, ev.novelty, Judged(ev, None), None
+        n = ids.shape[0]
+        if events or contexts:
+            rows = np.flatnonzero(mode < MODE_CODES[Mode.EVENT])
+            score, novelty = np.zeros(n), np.zeros(n)
+            judged = Judged(self.scorer.evaluate(ids[rows], ts[rows], x[rows]) if rows.size else None, rows)
+            if judged.ev is not None:
+                score[rows] = judged.ev.score
+                novelty[rows] = judged.ev.novelty
+        else:
+            ev = self.scorer.evaluate(ids, ts, x)
+            judged = Judged(ev, None)
+            score, novelty = ev.score.copy(), ev.novelty.copy()
+        if errors and judged.ev is not None:
             # Fault counters on clean series: any increment is bad, scored by its rate.
-            clean = ev.warm & (mode == 2) & self.scorer.clean(ids)
-            if np.count_nonzero(clean):
-                rate = np.maximum(x[clean], 0.0)
-                s = np.where(rate > 0, np.maximum(cfg.score_threshold,
-                                                  1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
-                score[clean] = s
-                novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
+            err = mode == 2 if judged.rows is None else mode[judged.rows] == 2
+            at = judged.ev.warm & err
+            if np.count_nonzero(at):
+                at = np.flatnonzero(at) if judged.rows is None else judged.rows[at]
+                clean = at[self.scorer.clean(ids[at])]
+                if clean.size:
+                    rate = np.maximum(x[clean], 0.0)
+                    s = np.where(rate > 0, np.maximum(cfg.score_threshold,
+                                                      1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
+                    score[clean] = s
+                    novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
         if events:
             event = mode == 3
             prev = self.last_value[ids[event]]
             xe = x[event]
             score[event] = np.where((xe != 0) & (xe != prev), 0.99, 0.0)
             novelty[event] = score[event]
-        if contexts:
-            ctx = mode == 4
-            score[ctx] = 0.0
-            novelty[ctx] = 0.0
-        return score, novelty, ev, mode
+        return score, novelty, judged, mode
+
+    def _learn(self, ids: np.ndarray, x: np.ndarray, judged: Judged, mask: np.ndarray | None = None) -> None:
+        """The scorer learns the rows it judged (``mask``: which of every row move the baselines)."""
+        if judged.ev is None:
+            return
+        if judged.rows is None:
+            self.scorer.learn(ids, x, judged.ev, mask)
+        else:
+            rows = judged.rows
+            self.scorer.learn(ids[rows], x[rows], judged.ev, None if mask is None else mask[rows])
 
     def update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> Transitions:
         """Score one round (``ids`` unique, ``x`` finite), learn, and advance the episode state machines.
@@ -304,16 +337,16 @@ class DetectorBank:
     def _update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> Transitions:
         """:meth:`update` of one chunk."""
         cfg = self.config
-        scores, novelty, ev, mode = self._score(ids, ts, x)
+        scores, novelty, judged, mode = self._score(ids, ts, x)
         self.last_scores = Scores(scores, novelty)
         bad = scores >= cfg.score_threshold
         state = self.state[ids]
         run = self.run[ids]
         if not np.count_nonzero(bad) and not np.count_nonzero(state):
-            return self._quiet(ids, ts, x, ev, run)
-        return self._episodes(ids, ts, x, ev, scores, mode, bad, state, run)
+            return self._quiet(ids, ts, x, judged, run)
+        return self._episodes(ids, ts, x, judged, scores, mode, bad, state, run)
 
-    def _episodes(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, ev: object, scores: np.ndarray,
+    def _episodes(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, judged: Judged, scores: np.ndarray,
                   mode: np.ndarray | None, bad: np.ndarray, state: np.ndarray, run: np.ndarray) -> Transitions:
         """:meth:`_update`'s learning and episode state machines, for any round (``bad``: the rows scoring
         at least the threshold; ``state`` and ``run``: the rows' episode state and run before)."""
@@ -338,7 +371,7 @@ class DetectorBank:
         # Baseline: learn normal values; during an episode only once it outlived the window (a start
         # is a bad sample outside an episode: never learnt).
         learn = np.where(in_ep, ep_len > cfg.window, ~bad)
-        self.scorer.learn(ids, x, ev, learn)
+        self._learn(ids, x, judged, learn)
         self.sketch.add(ids, ts, x)
         flips = start | end  # a start only outside an episode, an end only inside: the state flips
         self.state[ids] = state ^ flips
@@ -363,11 +396,11 @@ class DetectorBank:
             p99=p99,
         )
 
-    def _quiet(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, ev: object, run: np.ndarray) -> Transitions:
+    def _quiet(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, judged: Judged, run: np.ndarray) -> Transitions:
         """:meth:`_episodes` of a round in which no row is bad and no series is in an episode (most rounds):
         the same state to the bit, without the masks that are then constant. No run starts (its time and
         value stay), none ends, every row is learnt, and a run's history of bad samples shifts in a 0."""
-        self.scorer.learn(ids, x, ev)
+        self._learn(ids, x, judged)
         self.sketch.add(ids, ts, x)
         self.run[ids] = (run << 1) & self._window_mask
         # (as the full path leaves it: the largest of the run's score and no bad score, 0)

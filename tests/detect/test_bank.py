@@ -177,3 +177,50 @@ def test_a_quiet_round_leaves_what_the_full_episode_path_leaves_to_the_bit() -> 
     assert sa.keys() == sb.keys()
     for key in sa:
         assert sa[key].dtype == sb[key].dtype and sa[key].tobytes() == sb[key].tobytes(), key
+
+
+def test_a_round_of_every_mode_scores_each_series_as_a_round_of_its_mode_alone() -> None:
+    """A round mixing levels, clean and erring fault counters, events and context scores every series as a
+    round of its mode alone (the series are independent), and the scorer never sees an event or a context
+    row: an event's score is its change, a context series never scores (only its percentiles are kept)."""
+    # (the clean counter after the rows the scorer does not judge: its row among those judged is not its row)
+    modes = [Mode.LEVEL, Mode.EVENT, Mode.CONTEXT, Mode.ERRORS, Mode.ERRORS, Mode.LEVEL]
+    rng = np.random.default_rng(3)
+    steps = 60
+    values = np.column_stack([
+        50 + rng.normal(0, 1, steps),  # a level that jumps at the end
+        np.r_[np.zeros(steps - 8), np.full(8, 43.0)],  # an XID
+        100 + rng.normal(0, 1, steps),  # context that jumps too: never scores
+        np.r_[np.zeros(steps - 5), np.full(5, 0.2)],  # a clean link that starts to err
+        5 + rng.normal(0, 0.5, steps),  # a link that always errs
+        np.r_[20 + rng.normal(0, 1, steps - 6), np.full(6, 80.0)],
+    ])
+    values[-6:, 0] += 40.0
+    values[-6:, 2] += 900.0
+
+    def run(groups: list[list[int]]) -> tuple[dict[int, list[float]], dict[int, list[tuple[int, float]]], DetectorBank]:
+        scores: dict[int, list[float]] = {sid: [] for sid in range(len(modes))}
+        episodes: dict[int, list[tuple[int, float]]] = {sid: [] for sid in range(len(modes))}
+        banks = []
+        for group in groups:
+            b = bank()
+            banks.append(b)
+            for sid in group:
+                b.register(sid, modes[sid], Direction.UP)
+            ids = np.array(group)
+            for k in range(steps):
+                tr = b.update(ids, np.full(ids.size, 10.0 * k), values[k, group])
+                for sid, s in zip(group, b.last_scores.score.tolist(), strict=True):
+                    scores[sid].append(s)
+                for pos, phase, onset in zip(tr.pos.tolist(), tr.phase.tolist(), tr.onset_ts.tolist(), strict=True):
+                    episodes[group[pos]].append((phase, onset))
+        return scores, episodes, banks[0]
+
+    mixed_scores, mixed_episodes, mixed = run([list(range(len(modes)))])
+    alone_scores, alone_episodes, _ = run([[sid] for sid in range(len(modes))])
+    assert mixed_scores == alone_scores and mixed_episodes == alone_episodes
+    assert mixed_episodes[0] and mixed_episodes[1] and mixed_episodes[3] and mixed_episodes[5]
+    assert not mixed_episodes[2] and not any(mixed_scores[2])  # context
+    counts = mixed.scorer.snapshot(len(modes))["robust.count"]
+    assert counts[[0, 3, 4, 5]].tolist() == [steps] * 4 and counts[[1, 2]].tolist() == [0, 0]
+    assert np.isfinite(mixed.percentiles(np.array([1, 2]), (50.0,))[0]).all()  # their percentiles are kept
