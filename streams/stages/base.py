@@ -179,8 +179,10 @@ class Batch:
 
     - decode: ``decoded``, one entry per message (lazily, as validate reads them): its typed rows or records, its
       dead letter, or None (a control message);
-    - validate: the valid samples as parallel lists (``ids_l``..``msg_l``, ``msg_l`` the message index)
-      and ``refused``, whether a series cap refused any;
+    - validate: the valid samples as parallel lists (``ids_l``, ``ts_l``, ``val_l``), the message each came
+      from as runs (``run_msg[i]`` gave the next ``run_len[i]`` samples), the arrival times the samples
+      carry (``ing_at``: a list of the arrival times from a position on, NaN where a sample has none; a
+      sample in no such list has none) and ``refused``, whether a series cap refused any;
     - normalise: the same samples as arrays in arrival order (``ids``..``msg``; None: no sample left);
     - rate: ``rounds``, the usable samples a round of unique series at a time;
     - score: each round's ``transitions``.
@@ -193,8 +195,9 @@ class Batch:
     ids_l: list[int] = field(default_factory=list)
     ts_l: list[float] = field(default_factory=list)
     val_l: list[float] = field(default_factory=list)
-    ing_l: list[float] = field(default_factory=list)
-    msg_l: list[int] = field(default_factory=list)
+    run_msg: list[int] = field(default_factory=list)
+    run_len: list[int] = field(default_factory=list)
+    ing_at: list[tuple[int, list[float]]] = field(default_factory=list)
     refused: bool = False
     ids: np.ndarray | None = None
     ts: np.ndarray | None = None

@@ -23,14 +23,17 @@ class Normalise:
             return
         out = batch.out
         reg = batch.part.registry
-        ids = np.array(batch.ids_l, dtype=np.int64)
-        ts_a = np.array(batch.ts_l, dtype=np.float64)
-        values = np.array(batch.val_l, dtype=np.float64)
-        ingest_a = np.array(batch.ing_l, dtype=np.float64)
-        msg = np.array(batch.msg_l, dtype=np.int64)
+        n = len(batch.ids_l)
+        ids = np.fromiter(batch.ids_l, np.int64, n)
+        ts_a = np.fromiter(batch.ts_l, np.float64, n)
+        values = np.fromiter(batch.val_l, np.float64, n)
+        msg = np.repeat(np.array(batch.run_msg, dtype=np.int64), batch.run_len)
+        ingest_a = np.full(n, np.nan)
+        for at, arrivals in batch.ing_at:
+            ingest_a[at:at + len(arrivals)] = arrivals
         # The lists' float objects (~100 bytes a sample) go now: a worker holds every partition's batch
         # until the score stage they share (streams.pipeline.run_together).
-        batch.ids_l, batch.ts_l, batch.val_l, batch.ing_l, batch.msg_l = [], [], [], [], []
+        batch.ids_l, batch.ts_l, batch.val_l, batch.ing_at = [], [], [], []
         negative = reg.counter[ids] & (values < 0)
         if negative.any():
             for bad in np.flatnonzero(negative).tolist():

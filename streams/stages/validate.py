@@ -67,6 +67,12 @@ class Validate:
         """Message ``m``'s typed rows as samples, if every row is of a series held and in range; False
         (nothing added) sends the message down the general path."""
         index = batch.part.row_ids
+        if len(rows) == 1:  # (a host's or a collective's one gauge a message: no lists to build)
+            r = rows[0]
+            one = index.get((r.layer, r.source, bytes(r.labels)))
+            pos = None if one is None else one[0].get(r.metric)
+            if one is not None and pos is not None:
+                return self._one_row(batch, m, r, one[pos])
         sids: list[int] = []
         append = sids.append
         # A scrape lists a label set's metrics one after another (a GPU's dozen, a port's counters): the
@@ -98,17 +104,35 @@ class Validate:
             return False
         n = len(rows)
         ingest = [r.ingest_ts for r in rows]
-        if ingest.count(None) == n:
-            batch.ing_l.extend([math.nan] * n)
-        else:
+        if ingest.count(None) != n:
             present = [t for t in ingest if t is not None]
             if not (min(present) >= MIN_TS and max(present) < MAX_TS):
                 return False
-            batch.ing_l.extend([math.nan if t is None else t for t in ingest])
+            batch.ing_at.append((len(batch.ids_l), [math.nan if t is None else t for t in ingest]))
         batch.ids_l.extend(sids)
         batch.ts_l.extend(ts)
         batch.val_l.extend(values)
-        batch.msg_l.extend([m] * n)
+        batch.run_msg.append(m)
+        batch.run_len.append(n)
+        return True
+
+    @staticmethod
+    def _one_row(batch: Batch, m: int, r: Row, sid: int) -> bool:
+        """:meth:`_rows` for a message of one row, of series ``sid``: the same checks on one value."""
+        ts, value, ingest = r.ts, r.value, r.ingest_ts
+        if not (MIN_TS <= ts < MAX_TS and -MAX_ABS_VALUE < value < MAX_ABS_VALUE):
+            return False
+        if value < 0 and r.kind == "counter":
+            return False
+        if ingest is not None:
+            if not MIN_TS <= ingest < MAX_TS:
+                return False
+            batch.ing_at.append((len(batch.ids_l), [ingest]))
+        batch.ids_l.append(sid)
+        batch.ts_l.append(ts)
+        batch.val_l.append(value)
+        batch.run_msg.append(m)
+        batch.run_len.append(1)
         return True
 
     @staticmethod
@@ -147,7 +171,9 @@ class Validate:
         part, out = batch.part, batch.out
         reg = part.registry
         known = reg.raw_ids
-        ids_l, ts_l, val_l, ing_l, msg_l = batch.ids_l, batch.ts_l, batch.val_l, batch.ing_l, batch.msg_l
+        ids_l, ts_l, val_l = batch.ids_l, batch.ts_l, batch.val_l
+        first = len(ids_l)
+        ing_l: list[float] = []  # the arrival time of each sample kept, NaN where it has none
         nan = math.nan
         for i, rec in enumerate(records):
             if type(rec) is dict:
@@ -172,7 +198,6 @@ class Validate:
                             ts_l.append(ts)
                             val_l.append(value)
                             ing_l.append(nan if ingest is None else ingest)
-                            msg_l.append(m)
                             continue
             try:
                 s = validate_record(rec)
@@ -193,7 +218,11 @@ class Validate:
             ts_l.append(s.ts)
             val_l.append(s.value)
             ing_l.append(nan if s.ingest_ts is None else s.ingest_ts)
-            msg_l.append(m)
+        if ing_l:
+            batch.run_msg.append(m)
+            batch.run_len.append(len(ing_l))
+            if ing_l.count(nan) != len(ing_l):  # (the NaNs are all ``nan`` itself: counted by identity)
+                batch.ing_at.append((first, ing_l))
 
     def _refused(self, batch: Batch, refusals: dict[int, list[int]]) -> None:
         """One dead letter per message whose new series a cap refused, with how many samples and why."""

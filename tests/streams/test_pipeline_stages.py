@@ -272,3 +272,34 @@ def test_a_backlog_batch_gives_each_job_the_points_its_scrapes_give_one_by_one()
     assert not any(job == "job00000" and ts > t0 + 4.5 for job, _, ts, _ in points)  # ended: nothing after
     assert not any(job == "job09" and ts < t0 + 7.0 for job, _, ts, _ in points)  # not started: nothing before
     assert max(out.samples for out in together) > 100  # several scrapes a batch: several rounds
+
+
+def test_each_sample_keeps_its_message_and_arrival_time_on_both_paths() -> None:
+    """The message index and arrival time (``ingest_ts``) of every sample, whichever path validated it:
+    typed rows (with no arrival times, some, all) and records (a ``{"samples": ...}`` document), around a
+    message that is a dead letter."""
+
+    def sample(k: int, node: str, ingest: float | None = None) -> dict[str, object]:
+        rec = gpu(T0 + k, node, 50.0 + k)
+        if ingest is not None:
+            rec["ingest_ts"] = ingest
+        return rec
+
+    p = pipe()
+    p.process_many([(orjson.dumps([sample(0, "n1"), sample(0, "n2")]), Origin("telemetry.gpu", 0, 0))])
+    messages = [
+        orjson.dumps([sample(1, "n1"), sample(1, "n2")]),  # typed rows, no arrival time
+        orjson.dumps([sample(2, "n1", T0 + 2.5), sample(2, "n2")]),  # typed rows, one arrival time
+        orjson.dumps({"samples": [sample(3, "n1"), sample(3, "n2", T0 + 3.25)]}),  # records, one arrival time
+        b"{not json",
+        orjson.dumps({"samples": [sample(4, "n1"), sample(4, "n2")]}),  # records, none
+        orjson.dumps([sample(5, "n1", T0 + 5.5), sample(5, "n2", T0 + 5.75)]),  # typed rows, every one
+    ]
+    batch = p.begin([(raw, Origin("telemetry.gpu", 0, i + 1)) for i, raw in enumerate(messages)])
+    assert batch.msg is not None and batch.ingest is not None and batch.ts is not None
+    assert batch.msg.tolist() == [0, 0, 1, 1, 2, 2, 4, 4, 5, 5]
+    assert batch.ts.tolist() == [T0 + k for k in (1, 1, 2, 2, 3, 3, 4, 4, 5, 5)]
+    nan = float("nan")
+    expected = [nan, nan, T0 + 2.5, nan, nan, T0 + 3.25, nan, nan, T0 + 5.5, T0 + 5.75]
+    np.testing.assert_array_equal(batch.ingest, np.array(expected))
+    assert [d.stage for d in batch.out.dead_letters] == ["decode"]
