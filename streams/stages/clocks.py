@@ -34,20 +34,35 @@ class Clocks:
         delay = arrival[ok] - ts[ok]
         t_ok = ts[ok]
         sids = ids[ok]
-        order = np.lexsort((delay, pair))
-        pair, src, sids, delay = pair[order], src[order], sids[order], delay[order]
-        starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
-        ends = np.r_[starts[1:], pair.size]
-        n = ends - starts
-        medians = 0.5 * (delay[starts + (n - 1) // 2] + delay[starts + n // 2])
-        latest = np.maximum.reduceat(t_ok[order], starts)
+        first, medians, latest = median_delays(pair, delay, t_ok)
         layer_code = part.registry.layer_code
         names = part._src_names
         clocks = part.clocks
-        for f, med, last in zip(starts.tolist(), medians.tolist(), latest.tolist(), strict=True):
+        for f, med, last in zip(first.tolist(), medians.tolist(), latest.tolist(), strict=True):
             source = names[int(src[f])]
             layer = LAYER_NAMES[int(layer_code[sids[f]])]
             for t in clocks.observe_delay(layer, source, med, last):
                 out.clocks.append({"type": "clock", "phase": t.phase, "source": t.source, "layer": t.layer,
                                    "ts": t.ts, "offset": t.offset, "uncertainty": t.uncertainty,
                                    "origin": part.origin})
+
+
+def median_delays(pair: np.ndarray, delay: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group of equal ``pair`` (a message and a source), in ascending ``pair``: a position of one of its
+    rows, its median ``delay`` and its latest time ``t``.
+
+    >>> first, med, last = median_delays(np.array([7, 3, 7, 3]), np.array([1.0, 4.0, 3.0, 2.0]),
+    ...                                  np.array([10.0, 11.0, 12.0, 13.0]))
+    >>> med.tolist(), last.tolist()
+    ([3.0, 2.0], [13.0, 12.0])
+    """
+    step = pair[1:] - pair[:-1]
+    order = None
+    if not ((step >= 0).all() and ((step > 0) | (delay[1:] >= delay[:-1])).all()):
+        # (the common case needs no sort: a message is one source's scrape, its samples share their time)
+        order = np.lexsort((delay, pair))
+        pair, delay, t = pair[order], delay[order], t[order]
+    starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+    n = np.r_[starts[1:], pair.size] - starts
+    medians = 0.5 * (delay[starts + (n - 1) // 2] + delay[starts + n // 2])
+    return (starts if order is None else order[starts]), medians, np.maximum.reduceat(t, starts)

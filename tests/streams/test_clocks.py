@@ -137,3 +137,23 @@ def test_late_delivery_is_not_a_clock_skew() -> None:
     again = ClockTracker(ClockConfig())
     again.restore(late.snapshot())
     assert "c" in again.late_sources() and not again.skewed("c")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_median_delays_per_message_and_source_whatever_the_order(seed: int) -> None:
+    """The clocks stage's groups: one per (message, source), in ascending order, with the median delay and
+    the latest time, for rows already grouped with delays in order (no sort taken) and for any order."""
+    from streams.stages.clocks import median_delays
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    pair = np.sort(rng.integers(0, 8, n)) if seed % 3 == 0 else rng.integers(0, 8, n)
+    delay = rng.choice([0.5, 1.0, 1.5, 2.0], n) if seed % 2 else rng.normal(1.0, 1.0, n)
+    if seed % 3 == 0:  # grouped, each group's delays in order: the path without a sort
+        delay = np.concatenate([np.sort(delay[pair == p]) for p in np.unique(pair)])
+    t = rng.uniform(0, 100, n)
+    first, medians, latest = median_delays(pair, delay, t)
+    keys = np.unique(pair)
+    assert pair[first].tolist() == keys.tolist()
+    assert medians.tolist() == [float(np.median(delay[pair == p])) for p in keys]
+    assert latest.tolist() == [float(t[pair == p].max()) for p in keys]

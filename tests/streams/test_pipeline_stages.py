@@ -303,3 +303,34 @@ def test_each_sample_keeps_its_message_and_arrival_time_on_both_paths() -> None:
     expected = [nan, nan, T0 + 2.5, nan, nan, T0 + 3.25, nan, nan, T0 + 5.5, T0 + 5.75]
     np.testing.assert_array_equal(batch.ingest, np.array(expected))
     assert [d.stage for d in batch.out.dead_letters] == ["decode"]
+
+
+def test_a_batch_judges_clocks_as_its_messages_one_by_one() -> None:
+    """The clocks stage over a batch: each (message, source) gives one delay, in message order, as the
+    messages one at a time do, whether a batch needs no sort (a message is one source's scrape at one
+    time) or does (a message of two sources and times, out of order); a source 5 s ahead is found."""
+    nodes = [f"n{i}" for i in range(1, 6)]
+    inv = InventoryIndex()
+    inv.apply(inventory_adapter.validate_python({"kind": "job", "ts": T0 - 100, "job_id": "j1", "state": "RUNNING",
+                                                 "nodes": "n[1-5]", "gpus_per_node": 8}))
+
+    def traffic(mixed: bool) -> list[tuple[bytes, Origin]]:
+        out = []
+        for k in range(40):
+            for i, node in enumerate(nodes):
+                ahead = 5.0 if node == "n5" else 0.0  # n5 stamps its samples 5 s ahead
+                recs = [gpu(T0 + k + ahead, node, 50.0), gpu(T0 + k + ahead, node, 40.0, "DCGM_FI_PROF_SM_ACTIVE")]
+                if mixed and i == 1:  # and a message carrying another node's older sample after its own
+                    recs.append(gpu(T0 + k - 0.5, "n1", 45.0, "DCGM_FI_PROF_DRAM_ACTIVE"))
+                kafka_ts = T0 + k + 0.05 + 0.01 * i
+                out.append((orjson.dumps(recs), Origin("telemetry.gpu", 0, len(out), kafka_ts)))
+        return out
+
+    for mixed in (False, True):
+        batched = PartitionPipeline("telemetry.gpu:0", DetectorConfig(), inv)
+        whole = [c for k in range(0, 200, 50) for c in batched.process_many(traffic(mixed)[k:k + 50]).clocks]
+        one = PartitionPipeline("telemetry.gpu:0", DetectorConfig(), inv)
+        alone = [c for item in traffic(mixed) for c in one.process_many([item]).clocks]
+        assert whole == alone
+        assert [(c["source"], c["phase"]) for c in whole] == [("n5", "start")]
+        assert batched.clocks.offset("n5") == one.clocks.offset("n5")
