@@ -27,13 +27,15 @@ class Clocks:
         kafka_ts = np.array([o.timestamp if o.timestamp is not None else math.nan for _, o in batch.messages])
         arrival = np.where(np.isnan(ingest), kafka_ts[msg], ingest)
         ok = ~np.isnan(arrival)
-        if not ok.any():
+        if ok.all():  # (every message has its Kafka time: no selection)
+            sids, t_ok, m, delay = ids, ts, msg, arrival - ts
+        elif ok.any():
+            sids, t_ok, m = ids[ok], ts[ok], msg[ok]
+            delay = arrival[ok] - t_ok
+        else:
             return
-        src = part._src_code[ids[ok]]
-        pair = msg[ok].astype(np.int64) * (len(part._src_names) + 1) + src
-        delay = arrival[ok] - ts[ok]
-        t_ok = ts[ok]
-        sids = ids[ok]
+        src = part._src_code[sids]
+        pair = m * (len(part._src_names) + 1) + src
         first, medians, latest = median_delays(pair, delay, t_ok)
         layer_code = part.registry.layer_code
         names = part._src_names
