@@ -19,6 +19,7 @@ from lockstep.loadgen import LoadGenerator, LoadSpec
 from lockstep.replay import read_topic
 
 from .kit import WorkerProcess, make_settings, send_inventory, send_scrapes, wait_until
+from .test_range_reads import write
 
 pytestmark = pytest.mark.broker
 
@@ -77,3 +78,44 @@ def test_a_broker_restart_under_a_worker_is_survived_and_reported(workers: list[
 
 async def _processed(worker: WorkerProcess, at_least: int) -> bool:
     return worker.log().count("restored") >= 0 and "consuming from" in worker.log()
+
+
+def test_records_dropped_in_a_rebalance_with_nothing_committed_are_fetched_again() -> None:
+    """What Faust does with a fetch that comes back while a rebalance suspends the flow, on a real consumer
+    of a group with nothing committed (a new group, or any group on a rebuilt broker): it drops the records
+    and seeks back to the committed offsets; aiokafka's seek moves no partition without a commit, so the
+    records dropped were never fetched again. agents.transport.rewind_consumer seeks those back."""
+    from aiokafka import AIOKafkaConsumer
+    from faust.types import TP
+
+    from agents.transport import rewind_consumer
+
+    with EmbeddedBroker() as broker:
+        settings = make_settings(broker.bootstrap, partitions=2)
+
+        async def go() -> tuple[list[int], int, dict[Any, int], dict[Any, int], list[int]]:
+            from aiokafka import TopicPartition
+
+            await write(settings, "t.dropped", 20)
+            consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=settings.app_id,
+                                        enable_auto_commit=False, auto_offset_reset="earliest")
+            await consumer.start()
+            try:
+                tp = TopicPartition("t.dropped", 0)
+                consumer.assign([tp])
+                fetched = [m.offset for m in (await consumer.getmany(tp, timeout_ms=5000)).get(tp, [])]
+                await consumer.seek_to_committed()  # Faust's seek back: nothing committed, nothing moves
+                after_seek = await consumer.position(tp)
+                forward = rewind_consumer(consumer, {TP("t.dropped", 0): 25})  # never forward
+                sought = rewind_consumer(consumer, {TP("t.dropped", 0): fetched[0]})
+                again = [m.offset for m in (await consumer.getmany(tp, timeout_ms=5000)).get(tp, [])]
+                return fetched, after_seek, forward, sought, again
+            finally:
+                await consumer.stop()
+
+        fetched, after_seek, forward, sought, again = asyncio.run(go())
+    assert fetched == list(range(20)), fetched
+    assert after_seek == 20  # the dropped records are behind the consumer for good
+    assert forward == {}
+    assert sought == {TP("t.dropped", 0): 0}
+    assert again == fetched
