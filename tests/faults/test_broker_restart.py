@@ -4,6 +4,13 @@ The embedded Tansu broker keeps everything in memory, so a restart is the harshe
 committed offsets and changelogs are gone. The operator recreates the topics (``lockstep topics
 create``, as after any broker rebuild); the worker must reconnect on its own, keep its learned
 baselines, process the new traffic, and log that the input was recreated.
+
+Two ways it lost the new traffic, each 1 run in 12-16 under a CPU hog (once in CI): a fetch that came
+back while the rebalance on the new broker still suspended the flow was dropped, and with nothing
+committed there Faust's seek back left the partitions past the dropped records (agents.transport); and
+the one partition that got more records afterwards, restored from its snapshot at 49 and handed 66
+first, read 50..65 of the new topic "state only" as if they followed its snapshot (agents.recovery).
+The last two tests here take each on its own, deterministically.
 """
 
 from __future__ import annotations
@@ -13,6 +20,9 @@ from typing import Any
 
 import pytest
 
+from agents.metrics import WorkerMetrics
+from agents.offsets import Offsets
+from agents.recovery import Action, decide
 from agents.topics import TopicCatalogue, create_topics
 from lockstep.broker import EmbeddedBroker
 from lockstep.loadgen import LoadGenerator, LoadSpec
@@ -119,3 +129,47 @@ def test_records_dropped_in_a_rebalance_with_nothing_committed_are_fetched_again
     assert forward == {}
     assert sought == {TP("t.dropped", 0): 0}
     assert again == fetched
+
+
+def test_a_restored_partition_behind_a_recreated_and_refilled_topic_reads_it_from_offset_0() -> None:
+    """The facts a restored partition gathers on a real broker when Faust hands it an offset beyond its
+    snapshot's next (a catch-up): on the topic it was snapshotted from, offsets S+1..F-1 are read state
+    only; on the topic recreated (the broker restarted on the same port, memory storage gone) and refilled
+    past S, the record at S is another one and the partition is read from offset 0. As in the fault
+    test's failure: S=49, F=66, nothing committed, the end at 90."""
+    topic, snap, first = "t.recreated", 49, 66
+    old = EmbeddedBroker()
+    old.start()
+    try:
+        settings = make_settings(old.bootstrap)
+
+        async def facts_on(bootstrap: str, snap_ts: float | None) -> tuple[float | None, Any]:
+            offsets = Offsets(None, settings, bootstrap, WorkerMetrics())
+            try:
+                at_snap = await offsets.record_time(topic, 0, snap)
+                first_ts = await offsets.record_time(topic, 0, first)
+                facts = await offsets.facts(topic, 0, snap, at_snap if snap_ts is None else snap_ts, first, first_ts,
+                                            with_end=True)
+            finally:
+                await offsets.ranges.close()
+            return at_snap, facts
+
+        asyncio.run(write(settings, topic, 90))
+        snap_ts, same = asyncio.run(facts_on(old.bootstrap, None))
+        old.kill()  # no goodbye: the topics are gone with the broker's memory
+        new = EmbeddedBroker(port=old.port)
+        new.start()
+        try:
+            asyncio.run(write(settings, topic, 90))  # recreated and refilled past the snapshot's offset
+            _, rebuilt = asyncio.run(facts_on(new.bootstrap, snap_ts))
+        finally:
+            new.stop()
+    finally:
+        old.stop()
+    assert (same.end, same.committed, same.broker_ts_at_snapshot) == (90, None, snap_ts), same
+    r = decide(same)
+    assert (r.action, r.start, r.stop) == (Action.CATCH_UP, snap + 1, first), r
+    assert rebuilt.end == 90 and rebuilt.broker_ts_at_snapshot not in (None, snap_ts), rebuilt
+    r = decide(rebuilt)
+    assert (r.action, r.start, r.stop) == (Action.REBUILT_REFILLED, 0, first), (r, rebuilt)
+    assert "recreated or truncated" in r.why
