@@ -114,16 +114,23 @@ class RangeReader:
     async def end(self, topic: str, partition: int, near: int = 0, deadline_s: float = READ_DEADLINE_S) -> int | None:
         """The partition's end offset as a fetch answer gives it (the high-water mark), fetching from
         ``near`` (a nearby offset keeps the answer small); None if no fetch answered by the deadline."""
+        return (await self.at(topic, partition, near, deadline_s))[1]
+
+    async def at(self, topic: str, partition: int, offset: int,
+                 deadline_s: float = READ_DEADLINE_S) -> tuple[Any | None, int | None]:
+        """The record at ``offset`` (None: none there) and the partition's end offset from the same fetch
+        answer (its high-water mark, as :meth:`end`); ``(None, None)`` if no fetch answered by the deadline."""
         from aiokafka import TopicPartition
 
-        start = max(near, 0)
+        start = max(offset, 0)
         async with self._lock:  # the high-water mark of this read's assignment, not another read's
             try:
-                await self._read(topic, partition, start, start + 1, 1, deadline_s)
+                records = await self._read(topic, partition, start, start + 1, 1, deadline_s)
             except IncompleteRead:
-                return None
+                return None, None
             high = self._consumer.highwater(TopicPartition(topic, partition))
-        return int(high) if high is not None else None
+        record = records[0] if records and records[0].offset == offset else None
+        return record, int(high) if high is not None else None
 
     async def low(self, topic: str, partition: int, deadline_s: float = READ_DEADLINE_S) -> int | None:
         """The partition's earliest offset still on the broker (its low-water mark, from ListOffsets

@@ -383,9 +383,10 @@ class Ingest:
             return kept
         if r.action in (Action.REBUILT, Action.REBUILT_REFILLED):
             refilled = r.action is Action.REBUILT_REFILLED
-            log.warning("%s: %s; keeping the learned baselines and processing every message from offset %s%s",
-                        pipe.origin, r.why, 0 if refilled else first.offset,
-                        " (the offsets before it for state only)" if refilled else "")
+            log.warning("%s: %s; keeping the learned baselines%s and processing every message from offset %s",
+                        pipe.origin, r.why, f", reading the rebuilt partition's offsets {r.start}.."
+                        f"{(r.stop or 0) - 1} (their anomaly episodes sent, not their job points)" if refilled else "",
+                        first.offset)
             self.resumes.labels(pipe.origin, "offsets_reset").inc()
             state.offset_resets.add(pipe.origin)
             if refilled and r.start is not None and r.stop is not None:

@@ -119,6 +119,16 @@ class Offsets:
             log.exception("could not read the end offset of %s[%d]", topic, partition)
             return None
 
+    async def record_time_and_end(self, topic: str, partition: int, offset: int) -> tuple[float | None, int | None]:
+        """Kafka time (seconds) of the record at ``offset`` (None: none there) and the partition's end offset
+        (as :meth:`end`), from one fetch; ``(None, None)`` when no fetch answered."""
+        try:
+            record, high = await self.ranges.at(topic, partition, offset)
+        except Exception:
+            log.exception("could not read offset %d and the end offset of %s[%d]", offset, topic, partition)
+            return None, None
+        return (record.timestamp / 1000.0 if record is not None else None), high
+
     async def record_time(self, topic: str, partition: int, offset: int) -> float | None:
         """Kafka time (seconds) of the record at ``offset``; None if the broker holds none there. Raises
         :class:`IncompleteRead` when the broker did not answer (unknown, which is not "none there")."""
@@ -141,6 +151,13 @@ class Offsets:
                         log.warning("%s:%d: the record at the snapshot's offset could not be read (%s)", topic,
                                     partition, e)
                         unread = True
+            elif snap_ts is not None and snap >= 0 and (with_end or first > snap + 1) \
+                    and (low is None or low <= snap):
+                # A catch-up (or, for ingest, a redelivery): the records after (or up to) S are the ones the
+                # state continued from only if the record at S is still the one it holds (a recreated topic
+                # refilled past S has another there). Read with the end offset, in one fetch.
+                at_snap, high = await self.record_time_and_end(topic, partition, snap)
+                end = high if with_end else None
             elif with_end:
                 end = await self.end(topic, partition, near=snap)
         return Facts(snap, snap_ts, first, first_ts, self.committed(topic, partition), end, at_snap, True,

@@ -10,6 +10,11 @@ none: the unknown facts are ``None`` and the decision falls back to carrying on)
                 held  outputs went out  a hole: read   handed over
                       (state only)      by agents.gaps
 
+All of this holds only while the partition is the one the snapshot was taken from. A topic recreated
+(a broker that lost its data) and refilled past ``S`` has other records at the same offsets: whatever
+``F`` is, the record now at ``S`` then has another Kafka time than the one the state remembers, and the
+partition is read from offset 0 instead (``REBUILT_REFILLED``; ``REBUILT`` when ``F <= S``).
+
 The agents carry a :class:`Resume` out; nothing here does I/O or imports Faust. The table-driven
 tests are in tests/agents/test_recovery.py.
 """
@@ -48,7 +53,10 @@ class Facts:
     committed: int | None = None  # C, the group's committed offset (next to read)
     #: the partition's end offset (None: unknown; only asked when F is not S + 1)
     end: int | None = None
-    #: the Kafka time of the record now at offset S on the broker (None: none there, or not read)
+    #: the Kafka time of the record now at offset S on the broker (None: none there, or not read). Read for
+    #: the usual continuation (F = S + 1), and for a catch-up or a redelivery (F != S + 1) unless retention
+    #: trimmed offset S: records after (or up to) S are only the ones the state continued from if the
+    #: record at S is still the one it holds
     broker_ts_at_snapshot: float | None = None
     #: whether a broker could be asked at all (False in the agent test context)
     broker: bool = True
@@ -84,6 +92,21 @@ SAME_RECORD_S = 0.001
 def needs_broker_ts(snapshot_offset: int | None, first_offset: int | None) -> bool:
     """Whether :func:`decide` needs the record time at the snapshot's offset (the usual continuation)."""
     return snapshot_offset is not None and first_offset is not None and first_offset == snapshot_offset + 1
+
+
+def another_record_at_snapshot(f: Facts) -> bool:
+    """Whether the broker holds another record at the snapshot's offset than the one the state holds there
+    (their Kafka times differ); False when either time is unknown.
+
+    >>> another_record_at_snapshot(Facts(9, 100.0, 15, broker_ts_at_snapshot=250.0))
+    True
+    >>> another_record_at_snapshot(Facts(9, 100.0, 15, broker_ts_at_snapshot=100.0004))
+    False
+    >>> another_record_at_snapshot(Facts(9, 100.0, 15))  # not read (or none there): nothing to tell
+    False
+    """
+    return f.snapshot_record_ts is not None and f.broker_ts_at_snapshot is not None \
+        and abs(f.broker_ts_at_snapshot - f.snapshot_record_ts) >= SAME_RECORD_S
 
 
 def decide(f: Facts, most: int | None = None) -> Resume:
@@ -123,6 +146,19 @@ def decide(f: Facts, most: int | None = None) -> Resume:
         return Resume(Action.REBUILT, why=f"the snapshot's input offset {s} is at or beyond the partition's end "
                                           f"{f.end}: the topic was recreated or truncated (a broker that lost its "
                                           "data?)")
+    if f.broker and another_record_at_snapshot(f):
+        # The offsets around S are another topic's (rebuilt and refilled past S): reading S+1..F-1 "state only"
+        # (or skipping up to S) would fold the new records into the old state as if they followed it, and
+        # nothing before them would ever be read.
+        if first > s:
+            return Resume(Action.REBUILT_REFILLED, 0, first,
+                          why=f"the record at the snapshot's input offset {s} is not the one the restored state "
+                              f"holds (Kafka time {f.broker_ts_at_snapshot:.3f}, the state's "
+                              f"{f.snapshot_record_ts:.3f}): the topic was recreated or truncated (a broker that "
+                              "lost its data?) and refilled past it")
+        return Resume(Action.REBUILT, why=f"the record at the snapshot's input offset {s} is not the one the restored "
+                                          "state holds: the topic was recreated or truncated (a broker that lost "
+                                          "its data?)")
     if first <= s and f.first_record_ts is not None and f.snapshot_record_ts is not None \
             and f.first_record_ts > f.snapshot_record_ts:
         return Resume(Action.REBUILT, why=f"offset {first} was written after the restored state's last record "

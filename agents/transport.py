@@ -27,6 +27,11 @@
   offset, O(partitions x offsets) per commit; a live worker holding ~110 partitions spent ~5 % of its
   CPU there (py-spy, docs/performance.md). :meth:`FetchTunedConsumerThread._commit` takes the
   assignment once (:func:`assigned_offsets`); the rest is Faust's.
+- **Records dropped in a rebalance come again without a commit.** Faust drops a fetch that comes back
+  while a rebalance has suspended the flow and seeks back to the group's committed offsets; aiokafka
+  does not seek a partition with none, so its dropped records were never delivered (a new group, or
+  the group on a rebuilt broker). :meth:`LockstepConsumer.rewind_discarded` seeks those partitions back
+  to their first dropped record (:func:`rewind_targets`).
 """
 
 from __future__ import annotations
@@ -84,6 +89,15 @@ class FetchTunedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         settings, bootstrap = probe
         return await fetched_ends(settings, bootstrap, ends)
 
+    async def rewind(self, targets: Mapping[Any, int]) -> dict[Any, int]:
+        """:func:`rewind_consumer` in the consumer's thread."""
+        consumer = self._ensure_consumer()
+
+        async def in_thread() -> dict[Any, int]:
+            return rewind_consumer(consumer, targets)
+
+        return cast(dict[Any, int], await self.call_thread(in_thread))
+
     async def _commit(self, offsets: Mapping[Any, int]) -> bool:  # pragma: no cover (every broker test runs it)
         """Faust's ``AIOKafkaConsumerThread._commit`` (faust-streaming 0.15) with the assignment taken once."""
         consumer = self._ensure_consumer()
@@ -105,6 +119,43 @@ class FetchTunedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             await self.crash(exc)
             return False
         return True
+
+
+def rewind_targets(discarded: Mapping[K, int], committed: Mapping[K, int | None]) -> dict[K, int]:
+    """Where the partitions of a discarded fetch go back to (``discarded``: partition -> its first record
+    in the fetch), beyond Faust's seek to the group's committed offsets (``committed``, Faust's view after
+    that seek: None for none, as for 0).
+
+    Faust drops a fetch that comes back while flow is suspended (a rebalance under way: Faust's
+    ``getmany``, and :meth:`LockstepConsumer._hand_over_fetch` after it) and seeks back to the committed
+    offsets so that the records come again. aiokafka's ``seek_to_committed`` seeks only to a committed
+    offset above 0: a partition with no commit (a new group, a group on a rebuilt broker) kept its
+    position past the records dropped, and they were never delivered. The broker-restart fault test lost
+    every record of the recreated topics that way when such a fetch followed the assignment (1 run in
+    12-16 under a CPU hog); its one partition that got more records afterwards was handed offset 66
+    first. Those partitions go back to their first dropped record; the others were sought to their
+    commit.
+
+    >>> rewind_targets({"a": 0, "b": 50, "c": 7}, {"b": 40, "c": None})
+    {'a': 0, 'c': 7}
+    """
+    return {tp: first for tp, first in discarded.items() if not committed.get(tp)}
+
+
+def rewind_consumer(consumer: Any, targets: Mapping[Any, int]) -> dict[Any, int]:
+    """Seek the aiokafka ``consumer``'s partitions back to ``targets`` (Faust ``TP`` -> offset), each only
+    if it is assigned and its position is past the target: never forward (a position reset since, by a new
+    assignment, is left alone). Runs in the consumer's thread. Returns what was sought."""
+    assignment = consumer._subscription.subscription.assignment if consumer._subscription.subscription else None
+    sought = {}
+    for tp, offset in targets.items():
+        ktp = faust_aiokafka.ensure_aiokafka_TP(tp)
+        state = assignment.state_value(ktp) if assignment is not None else None
+        if state is None or not state.has_valid_position or state.position <= offset:
+            continue
+        consumer.seek(ktp, offset)
+        sought[tp] = offset
+    return sought
 
 
 async def finish(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
@@ -206,6 +257,28 @@ class LockstepConsumer(faust_aiokafka.Consumer):
                 self.log.warning("%s lane: a batch still in processing; committing what was acknowledged", lane.name)
         await super().wait_empty()
 
+    async def rewind_discarded(self, records: Mapping[Any, list[Any]]) -> dict[Any, int]:
+        """After a fetch taken while flow was suspended (a rebalance under way) was discarded and Faust sought
+        back to the group's committed offsets: the partitions Faust's seek left where the fetch put them (no
+        commit, :func:`rewind_targets`) go back to their first discarded record, so it is fetched again.
+        Returns the partitions sought back, and where to."""
+        targets = rewind_targets({tp: recs[0].offset for tp, recs in records.items() if recs},
+                                 self._committed_offset)
+        if not targets:
+            return {}
+        try:
+            sought = await cast(FetchTunedConsumerThread, self._thread).rewind(targets)
+        except Exception as exc:  # said: those partitions' discarded records may never be delivered
+            self.log.warning("could not seek back %d partitions without a committed offset whose fetched records "
+                             "were discarded during a rebalance (they may never be delivered): %r", len(targets), exc)
+            return {}
+        if sought:
+            self.log.info("a fetch of %d records came while a rebalance had suspended the flow and was discarded; "
+                          "%d partitions without a committed offset sought back to their first discarded record "
+                          "(else never delivered): %s", sum(len(r) for r in records.values()), len(sought),
+                          ", ".join(f"{tp.topic}:{tp.partition}@{o}" for tp, o in sorted(sought.items())))
+        return sought
+
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover (every broker test runs it)
         """Faust's ``Consumer._drain_messages`` (faust-streaming 0.15) with the hand-over run inline, and
         the lanes' topics handed over a fetch at a time (:meth:`_hand_over_fetch`)."""
@@ -302,6 +375,7 @@ class LockstepConsumer(faust_aiokafka.Consumer):
                 await self.perform_seek()
             except Exception as ex:
                 self.log.warning(f"exception performing seek when flow not active {ex}")
+            await self.rewind_discarded(records)
             return
         app = self.app
         generation = app.consumer_generation_id

@@ -79,3 +79,47 @@ def test_acknowledgements_alone_and_a_gap_alone_commit_as_faust_does() -> None:
         asyncio.get_event_loop().run_until_complete(consumer._add_gap(PART, 16, 19))
         consumer.ack(Message(TOPIC, 0, 20, 0.0, 0, None, None, b"", None, tp=PART))
     assert commits(ours, 2) == commits(stock, 2)
+
+
+class Record:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+class RewindingThread:
+    """The consumer thread's :meth:`~agents.transport.FetchTunedConsumerThread.rewind`, recorded."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[Any, int]] = []
+
+    async def rewind(self, targets: dict[Any, int]) -> dict[Any, int]:
+        self.asked.append(dict(targets))
+        return dict(targets)
+
+
+def test_a_fetch_dropped_while_flow_is_suspended_is_sought_back_where_nothing_is_committed() -> None:
+    """The broker-restart fault test's loss: after the assignment on a rebuilt broker (nothing committed), a
+    fetch came back while the rebalance still suspended the flow; Faust dropped it and sought back to the
+    committed offsets, which moves no partition without a commit: offsets 0..65 of one partition (and all of
+    the others) were never delivered. The partitions without a commit go back to their first dropped record."""
+    consumer = consumer_of("lockstep://127.0.0.1:9")
+    committed_part, fresh = TP(TOPIC, 1), TP(TOPIC, 2)
+    consumer._committed_offset[committed_part] = 40  # Faust's seek takes this one back to its commit
+    thread = RewindingThread()
+    consumer._thread = thread
+    seeks: list[str] = []
+
+    async def fetch(timeout: float) -> tuple[dict[Any, list[Record]], None]:
+        return {PART: [Record(o) for o in range(66)], committed_part: [Record(o) for o in range(50, 60)],
+                fresh: [Record(o) for o in range(7, 9)]}, None
+
+    async def perform_seek() -> None:
+        seeks.append("committed")
+
+    consumer._wait_next_records = fetch
+    consumer.perform_seek = perform_seek
+    consumer.stop_flow()  # a rebalance under way
+    asyncio.get_event_loop().run_until_complete(consumer._hand_over_fetch({}, None))
+    assert seeks == ["committed"]
+    assert thread.asked == [{PART: 0, fresh: 7}]
+
