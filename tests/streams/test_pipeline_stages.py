@@ -162,30 +162,16 @@ def test_a_round_at_one_time_gives_the_points_the_grouping_by_time_gives(monkeyp
     """The points stage's one-scrape path (no masks, no grouping by time) against its general path, over
     jobs that end and start on the same nodes between scrapes and a peer-compared lane (step time per rank)."""
     from lockstep.loadgen import LoadGenerator, LoadSpec
-    from models.inventory import inventory_adapter
     from streams.stages.points import Points
 
     spec = LoadSpec(gpus=32, nodes_per_job=2)
-    gen = LoadGenerator(spec)
     t0 = spec.start_ts
-
-    def inventory() -> InventoryIndex:
-        inv = InventoryIndex()
-        for doc in gen.inventory():
-            inv.apply(inventory_adapter.validate_python(doc))
-        # job00000 ends after 4 scrapes; job09 runs on its nodes from scrape 7 on
-        for doc in ({"kind": "job", "ts": t0 + 4.5, "job_id": "job00000", "state": "COMPLETED",
-                     "nodes": "n000000,n000001", "gpus_per_node": 8},
-                    {"kind": "job", "ts": t0 + 7.0, "job_id": "job09", "state": "RUNNING",
-                     "nodes": "n000000,n000001", "gpus_per_node": 8}):
-            inv.apply(inventory_adapter.validate_python(doc))
-        return inv
 
     def run() -> list[tuple[Any, Any]]:
         gen = LoadGenerator(spec)  # (its values are drawn as it goes: a fresh one gives the same messages)
         pipes: dict[str, PartitionPipeline] = {}
         outs = []
-        inv = inventory()
+        inv = handover_inventory(spec)
         for k in range(10):
             for layer, _key, raw in gen.messages(k):
                 origin = f"telemetry.{layer}:0"
@@ -225,17 +211,6 @@ def test_a_backlog_batch_gives_each_job_the_points_its_scrapes_give_one_by_one()
     spec = LoadSpec(gpus=32, nodes_per_job=2)
     t0 = spec.start_ts
 
-    def inventory() -> InventoryIndex:
-        inv = InventoryIndex()
-        for doc in LoadGenerator(spec).inventory():
-            inv.apply(inventory_adapter.validate_python(doc))
-        for doc in ({"kind": "job", "ts": t0 + 4.5, "job_id": "job00000", "state": "COMPLETED",
-                     "nodes": "n000000,n000001", "gpus_per_node": 8},
-                    {"kind": "job", "ts": t0 + 7.0, "job_id": "job09", "state": "RUNNING",
-                     "nodes": "n000000,n000001", "gpus_per_node": 8}):
-            inv.apply(inventory_adapter.validate_python(doc))
-        return inv
-
     def messages() -> dict[str, list[tuple[bytes, Origin]]]:
         gen = LoadGenerator(spec)
         parts: dict[str, list[tuple[bytes, Origin]]] = {}
@@ -258,7 +233,7 @@ def test_a_backlog_batch_gives_each_job_the_points_its_scrapes_give_one_by_one()
                                for v, w in zip(g[1], g[2], strict=True))
         return points, workers
 
-    inv = inventory()
+    inv = handover_inventory(spec)
     together = [PartitionPipeline(origin, DetectorConfig(), inv).process_many(items)
                 for origin, items in messages().items()]
     one_by_one = []
@@ -334,3 +309,20 @@ def test_a_batch_judges_clocks_as_its_messages_one_by_one() -> None:
         assert whole == alone
         assert [(c["source"], c["phase"]) for c in whole] == [("n5", "start")]
         assert batched.clocks.offset("n5") == one.clocks.offset("n5")
+
+
+def handover_inventory(spec: Any) -> InventoryIndex:
+    """The generated cluster's inventory, with its first job ending after 4 scrapes and job09 running on
+    the same two nodes from scrape 7 on."""
+    from lockstep.loadgen import LoadGenerator
+
+    t0 = spec.start_ts
+    inv = InventoryIndex()
+    for doc in LoadGenerator(spec).inventory():
+        inv.apply(inventory_adapter.validate_python(doc))
+    for doc in ({"kind": "job", "ts": t0 + 4.5, "job_id": "job00000", "state": "COMPLETED",
+                 "nodes": "n000000,n000001", "gpus_per_node": 8},
+                {"kind": "job", "ts": t0 + 7.0, "job_id": "job09", "state": "RUNNING",
+                 "nodes": "n000000,n000001", "gpus_per_node": 8}):
+        inv.apply(inventory_adapter.validate_python(doc))
+    return inv
