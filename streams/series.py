@@ -545,6 +545,21 @@ def grow(array: np.ndarray, size: int, fill: float | int | bool = 0) -> np.ndarr
     return out
 
 
+def lexsorted(major: np.ndarray, minor: np.ndarray) -> bool:
+    """Whether rows are already in ``(major, minor)`` order, so that the stable ``np.lexsort((minor, major))``
+    would leave them as they are (the common case of a batch: a scrape's samples share their time).
+
+    >>> lexsorted(np.array([0, 0, 1, 1]), np.array([5.0, 5.0, 1.0, 2.0]))
+    True
+    >>> lexsorted(np.array([0, 0, 1]), np.array([5.0, 4.0, 1.0])), lexsorted(np.array([1, 0]), np.array([1.0, 2.0]))
+    (False, False)
+    """
+    if major.size < 2:
+        return True
+    step = major[1:] - major[:-1]
+    return bool((step >= 0).all() and ((step > 0) | (minor[1:] >= minor[:-1])).all())
+
+
 def occurrence_rounds(ids: np.ndarray) -> list[np.ndarray]:
     """Split batch positions into rounds where each id appears at most once, keeping batch order.
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from streams.series import LAYER_NAMES
+from streams.series import LAYER_NAMES, lexsorted
 from streams.stages.base import Batch
 
 
@@ -58,9 +58,8 @@ def median_delays(pair: np.ndarray, delay: np.ndarray, t: np.ndarray) -> tuple[n
     >>> med.tolist(), last.tolist()
     ([3.0, 2.0], [13.0, 12.0])
     """
-    step = pair[1:] - pair[:-1]
     order = None
-    if not ((step >= 0).all() and ((step > 0) | (delay[1:] >= delay[:-1])).all()):
+    if not lexsorted(pair, delay):
         # (the common case needs no sort: a message is one source's scrape, its samples share their time)
         order = np.lexsort((delay, pair))
         pair, delay, t = pair[order], delay[order], t[order]

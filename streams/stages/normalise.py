@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.errors import ValidationFailed
-from streams.series import LAYER_NAMES
+from streams.series import LAYER_NAMES, lexsorted
 from streams.stages.base import Batch
 
 
@@ -46,27 +46,10 @@ class Normalise:
             return
         counts = np.bincount(reg.layer_code[ids], minlength=len(LAYER_NAMES))
         out.by_layer = {LAYER_NAMES[c]: int(counts[c]) for c in np.flatnonzero(counts).tolist()}
-        if in_arrival_order(ts_a, msg):  # the common case (a scrape's samples share their time): no sort, no copies
+        if lexsorted(msg, ts_a):  # the common case (a scrape's samples share their time): no sort, no copies
             batch.ids, batch.ts, batch.values, batch.ingest, batch.msg = ids, ts_a, values, ingest_a, msg
         else:
             order = np.lexsort((ts_a, msg))
             batch.ids, batch.ts, batch.values = ids[order], ts_a[order], values[order]
             batch.ingest, batch.msg = ingest_a[order], msg[order]
         out.max_ts = float(batch.ts.max())
-
-
-def in_arrival_order(ts: np.ndarray, msg: np.ndarray) -> bool:
-    """Whether samples listed message by message (``msg`` never decreases) are already in arrival order:
-    each message's samples in event-time order, so the stable sort by (message, time) leaves them as they are.
-
-    >>> in_arrival_order(np.array([5.0, 5.0, 1.0, 2.0]), np.array([0, 0, 1, 1]))
-    True
-    >>> in_arrival_order(np.array([5.0, 4.0, 1.0]), np.array([0, 0, 1]))
-    False
-    """
-    if ts.size < 2:
-        return True
-    back = ts[1:] < ts[:-1]
-    if not back.any():
-        return True
-    return bool((msg[1:][back] != msg[:-1][back]).all())
