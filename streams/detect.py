@@ -271,30 +271,29 @@ class DetectorBank:
             ev = self.scorer.evaluate(ids, ts, x)
             return ev.score, ev.novelty, Judged(ev, None), None
         n = ids.shape[0]
-        if events or contexts:
-            rows = np.flatnonzero(mode < MODE_CODES[Mode.EVENT])
-            score, novelty = np.zeros(n), np.zeros(n)
-            judged = Judged(self.scorer.evaluate(ids[rows], ts[rows], x[rows]) if rows.size else None, rows)
-            if judged.ev is not None:
-                score[rows] = judged.ev.score
-                novelty[rows] = judged.ev.novelty
-        else:
+        rows = np.flatnonzero(mode < MODE_CODES[Mode.EVENT]) if events or contexts else None
+        if rows is None:
             ev = self.scorer.evaluate(ids, ts, x)
             judged = Judged(ev, None)
             score, novelty = ev.score.copy(), ev.novelty.copy()
+        else:
+            judged = Judged(self.scorer.evaluate(ids[rows], ts[rows], x[rows]) if rows.size else None, rows)
+            score, novelty = np.zeros(n), np.zeros(n)
+            if judged.ev is not None:
+                score[rows] = judged.ev.score
+                novelty[rows] = judged.ev.novelty
         if errors and judged.ev is not None:
             # Fault counters on clean series: any increment is bad, scored by its rate.
-            err = mode == 2 if judged.rows is None else mode[judged.rows] == 2
-            at = judged.ev.warm & err
-            if np.count_nonzero(at):
-                at = np.flatnonzero(at) if judged.rows is None else judged.rows[at]
-                clean = at[self.scorer.clean(ids[at])]
-                if clean.size:
-                    rate = np.maximum(x[clean], 0.0)
-                    s = np.where(rate > 0, np.maximum(cfg.score_threshold,
-                                                      1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
-                    score[clean] = s
-                    novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
+            warm = np.flatnonzero(judged.ev.warm)  # (positions among the rows judged)
+            at = warm if rows is None else rows[warm]
+            at = at[mode[at] == 2]
+            clean = at[self.scorer.clean(ids[at])]
+            if clean.size:
+                rate = np.maximum(x[clean], 0.0)
+                s = np.where(rate > 0, np.maximum(cfg.score_threshold,
+                                                  1.0 - np.exp2(-3.32 * rate / cfg.error_rate_ref)), 0.0)
+                score[clean] = s
+                novelty[clean] = np.where(self.last_value[ids[clean]] > 0, 0.0, s)
         if events:
             event = mode == 3
             prev = self.last_value[ids[event]]
