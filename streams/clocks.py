@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streams.quantiles import median_sorted
+
 #: A delay is compared with its peers' only when at least this many sources (itself included) reported
 #: the same event second (the median of the group is the reference).
 MIN_SOURCES_FOR_REFERENCE = 3
@@ -81,17 +83,6 @@ class _SourceClock:
 
 #: Statistics are recomputed every this many observations of a source (they move slowly).
 RECOMPUTE_EVERY = 4
-
-
-def _median_sorted(xs: list[float]) -> float:
-    """The median of a sorted, non-empty list (``np.median``'s value, without its per-call cost).
-
-    >>> _median_sorted([1.0, 2.0, 10.0]), _median_sorted([1.0, 2.0, 4.0, 10.0])
-    (2.0, 3.0)
-    """
-    n = len(xs)
-    h = n // 2
-    return float(xs[h]) if n % 2 else 0.5 * (xs[h - 1] + xs[h])
 
 
 class ClockTracker:
@@ -150,7 +141,7 @@ class ClockTracker:
         n = len(peers)
         if n < MIN_SOURCES_FOR_REFERENCE:
             return []
-        reference = _median_sorted(ordered)
+        reference = median_sorted(ordered)
         if n == MIN_SOURCES_FOR_REFERENCE and previous is None:  # the group is complete: judge everyone in it
             out: list[ClockTransition] = []
             for member in sorted(peers):
@@ -171,8 +162,10 @@ class ClockTracker:
         if n < cfg.min_samples or (state.since < RECOMPUTE_EVERY and n != cfg.min_samples):
             return []
         state.since = 0
-        state.median = _median_sorted(sorted(state.delays))
-        state.mad = _median_sorted(sorted(abs(d - state.median) for d in state.delays))
+        ordered = sorted(state.delays)
+        median = state.median = median_sorted(ordered)
+        # (the deviations of sorted delays fall then rise: two runs, which the sort merges in one pass)
+        state.mad = median_sorted(sorted([abs(d - median) for d in ordered]))
         offset, unc = self.offset(source)
         beyond = abs(offset) > cfg.tolerance_s + unc
         stable = unc <= cfg.tolerance_s + STABLE_FRACTION * abs(offset)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from streams.peers import PeerComparator, PeerConfig, StragglerTransition
+from streams.quantiles import median, quantile_sorted
 from streams.stats import JobStatsSummariser, StatsConfig
 
 #: Lane of a (layer, meaning); signals outside this table are not forwarded.
@@ -69,21 +70,6 @@ LANE_STATS = {"step_time": "step_time", "collective_time": "collective_time", "s
 #: Lanes in the order the timeline page stacks them (cause layers on top, the job's step at the bottom).
 LANE_ORDER = ("fabric_errors", "congestion", "collective_time", "gpu_faults", "gpu_util", "storage_latency",
               "cpu_util", "loader_wait", "step_time")
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """``np.percentile(ordered, 100 q)`` (linear interpolation) of a sorted, non-empty list, without numpy's
-    per-call overhead (a lane-second holds a handful to a few hundred values).
-
-    >>> xs = [1.0, 2.0, 4.0, 10.0]
-    >>> [_quantile(xs, q) for q in (0.0, 0.5, 0.99, 1.0)] == [float(np.percentile(xs, p)) for p in (0, 50, 99, 100)]
-    True
-    """
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    if lo + 1 >= len(ordered):
-        return float(ordered[-1])
-    return float(ordered[lo] + (ordered[lo + 1] - ordered[lo]) * (pos - lo))
 
 
 def lane_of(layer: str, meaning: str) -> str | None:
@@ -229,7 +215,7 @@ class JobSignals:
             job, lane, b = key
             per_worker = self.peer_pending.pop(key)
             names = sorted(per_worker)
-            values = [float(np.median(per_worker[w])) for w in names]
+            values = [median(per_worker[w]) for w in names]
             for tr in self.peers[lane].update(job, b, names, values):
                 self.peer_events.append(PeerEvent(lane, len(names), tr))
             self.peer_last[job] = max(self.peer_last.get(job, -math.inf), b)
@@ -269,8 +255,8 @@ class JobSignals:
                     stat_ts.append(np.full(len(values), float(sec)))
                     stat_values.append(np.asarray(values))
                 ordered = sorted(values)
-                lanes[lane] = {"n": len(ordered), "p50": _quantile(ordered, 0.50), "p99": _quantile(ordered, 0.99),
-                               "min": ordered[0], "max": ordered[-1]}
+                lanes[lane] = {"n": len(ordered), "p50": quantile_sorted(ordered, 0.50),
+                               "p99": quantile_sorted(ordered, 0.99), "min": ordered[0], "max": ordered[-1]}
             timelines.append({"type": "timeline", "job_id": job, "ts": float(sec), "lanes": lanes})
             step = lanes.get("step_time")
             if step is not None:

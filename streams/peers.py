@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from streams.quantiles import median
+
 
 @dataclass(frozen=True, slots=True)
 class PeerConfig:
@@ -132,7 +134,7 @@ class PeerComparator:
         x = x[ok]
         job = self.jobs.setdefault(job_id, _Job())
         idx = job.ensure(workers)
-        ratio = x / float(np.median(x))
+        ratio = x / median(x)
         count = job.count[idx]
         sm = np.where(count == 0, ratio, job.smooth[idx] + cfg.smooth_alpha * (ratio - job.smooth[idx]))
         base = np.where(count == 0, np.clip(ratio, 1 - cfg.gross, 1 + cfg.gross), job.base[idx])
@@ -142,8 +144,8 @@ class PeerComparator:
         # Both the smoothed and this step's ratio must agree: one noisy step neither starts nor ends a run.
         gross = (sm >= 1.0 + cfg.gross * margin) & (ratio >= 1.0 + cfg.gross * margin)
         excess = sm - base
-        med = float(np.median(excess))
-        scale = max(1.4826 * float(np.median(np.abs(excess - med))), cfg.min_scale)
+        med = median(excess)
+        scale = max(1.4826 * median(np.abs(excess - med)), cfg.min_scale)
         z = (excess - med) / scale
         warm = count >= cfg.warmup
         change = (warm & (excess >= cfg.change * margin) & (ratio - base >= cfg.change * margin)
@@ -155,8 +157,8 @@ class PeerComparator:
         # A raw step passes the change rule as the smoothed one does: above its usual ratio and standing
         # out from the other workers' raw changes (one worker's noise is not a run's first step).
         raw_excess = ratio - base
-        raw_med = float(np.median(raw_excess))
-        raw_scale = max(1.4826 * float(np.median(np.abs(raw_excess - raw_med))), cfg.min_scale)
+        raw_med = median(raw_excess)
+        raw_scale = max(1.4826 * median(np.abs(raw_excess - raw_med)), cfg.min_scale)
         raw_out = (ratio >= 1.0 + cfg.gross * margin) | (
             warm & (raw_excess >= cfg.change * margin) & ((raw_excess - raw_med) / raw_scale >= cfg.z_min * margin))
         slack = max(cfg.confirm_window - cfg.confirm, 0)

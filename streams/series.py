@@ -560,6 +560,20 @@ def lexsorted(major: np.ndarray, minor: np.ndarray) -> bool:
     return bool((step >= 0).all() and ((step > 0) | (minor[1:] >= minor[:-1])).all())
 
 
+def run_starts(values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values begins: True at the first element and wherever one differs from
+    the one before (``np.r_[True, v[1:] != v[:-1]]`` without ``np.r_``'s per-call cost).
+
+    >>> run_starts(np.array([4, 4, 7, 4])).tolist(), run_starts(np.array([], dtype=int)).tolist()
+    ([True, False, True, True], [])
+    """
+    starts = np.empty(values.shape[0], dtype=bool)
+    if starts.size:
+        starts[0] = True
+        np.not_equal(values[1:], values[:-1], out=starts[1:])
+    return starts
+
+
 def occurrence_rounds(ids: np.ndarray) -> list[np.ndarray]:
     """Split batch positions into rounds where each id appears at most once, keeping batch order.
 
@@ -571,7 +585,7 @@ def occurrence_rounds(ids: np.ndarray) -> list[np.ndarray]:
         return []
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
-    starts = np.r_[True, sorted_ids[1:] != sorted_ids[:-1]]
+    starts = run_starts(sorted_ids)
     if starts.all():
         return [np.arange(n)]
     group_start = np.maximum.accumulate(np.where(starts, np.arange(n), 0))

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from streams.series import LAYER_NAMES, lexsorted
+from streams.series import LAYER_NAMES, lexsorted, run_starts
 from streams.stages.base import Batch
 
 
@@ -40,10 +40,9 @@ class Clocks:
         layer_code = part.registry.layer_code
         names = part._src_names
         clocks = part.clocks
-        for f, med, last in zip(first.tolist(), medians.tolist(), latest.tolist(), strict=True):
-            source = names[int(src[f])]
-            layer = LAYER_NAMES[int(layer_code[sids[f]])]
-            for t in clocks.observe_delay(layer, source, med, last):
+        for s, lc, med, last in zip(src[first].tolist(), layer_code[sids[first]].tolist(), medians.tolist(),
+                                    latest.tolist(), strict=True):
+            for t in clocks.observe_delay(LAYER_NAMES[lc], names[s], med, last):
                 out.clocks.append({"type": "clock", "phase": t.phase, "source": t.source, "layer": t.layer,
                                    "ts": t.ts, "offset": t.offset, "uncertainty": t.uncertainty,
                                    "origin": part.origin})
@@ -63,7 +62,7 @@ def median_delays(pair: np.ndarray, delay: np.ndarray, t: np.ndarray) -> tuple[n
         # (the common case needs no sort: a message is one source's scrape, its samples share their time)
         order = np.lexsort((delay, pair))
         pair, delay, t = pair[order], delay[order], t[order]
-    starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
-    n = np.r_[starts[1:], pair.size] - starts
+    starts = np.flatnonzero(run_starts(pair))
+    n = np.diff(starts, append=pair.size)
     medians = 0.5 * (delay[starts + (n - 1) // 2] + delay[starts + n // 2])
     return (starts if order is None else order[starts]), medians, np.maximum.reduceat(t, starts)
