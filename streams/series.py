@@ -502,6 +502,30 @@ def row_index(rows: Rows) -> slice | np.ndarray:
     return slice(0, rows) if isinstance(rows, int) else rows
 
 
+#: An index of a round's rows in per-series arrays: a slice for one ascending run of consecutive rows, else
+#: the rows' index array (:func:`run_index`).
+RowIndex = slice | np.ndarray
+
+
+def run_index(ids: np.ndarray) -> RowIndex:
+    """``ids`` (an int array of rows) as an index: ``slice(ids[0], ids[-1] + 1)`` where they are one strictly
+    ascending run of consecutive rows (the rows of most rounds of a detector bank), else ``ids`` itself.
+
+    Both index the same elements in the same order; a slice is cheaper (a view to read, a block copy to
+    write, where an array gathers and scatters element by element). The contract for a caller: a read
+    ``v = a[index]`` is a VIEW of ``a`` when ``index`` is a slice (a copy otherwise), so ``v`` must not be
+    written into, nor read after ``a``'s same rows are written, unless it is taken with ``.copy()``. Anything
+    but indexing (sizes, arithmetic on row numbers, subsets such as ``ids[mask]``) keeps using ``ids``.
+
+    >>> run_index(np.array([3, 4, 5])), run_index(np.array([3, 5, 4])).tolist()
+    (slice(3, 6, None), [3, 5, 4])
+    """
+    n = ids.shape[0]
+    if n and int(ids[n - 1]) - int(ids[0]) == n - 1 and (n == 1 or bool((ids[1:] > ids[:-1]).all())):
+        return slice(int(ids[0]), int(ids[0]) + n)
+    return ids
+
+
 def take_rows(array: np.ndarray, rows: Rows) -> np.ndarray:
     """A copy of ``array``'s ``rows`` (the first ``n``, or those listed), for a snapshot.
 
