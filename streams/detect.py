@@ -39,7 +39,7 @@ import numpy as np
 from streams.catalogue import Direction, Mode
 from streams.scorers.base import Evaluation, SeriesScorer
 from streams.scorers.robust import RobustConfig, RobustScorer
-from streams.series import Rows, SeriesLimits, grow, row_index, rows_size, take_rows
+from streams.series import RowIndex, Rows, SeriesLimits, grow, row_index, rows_size, run_index, take_rows
 from streams.sketch import RollingPercentiles, SketchConfig
 
 MODE_CODES = {Mode.LEVEL: 0, Mode.RATE: 1, Mode.ERRORS: 2, Mode.EVENT: 3, Mode.CONTEXT: 4}
@@ -255,16 +255,17 @@ class DetectorBank:
         self.sketch.clear(ids)
 
     # -- scoring ------------------------------------------------------------------------------
-    def _score(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray
+    def _score(self, ids: np.ndarray, sel: RowIndex, ts: np.ndarray, x: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, Judged, np.ndarray | None]:
         """Scores, novelty, the scorer's evaluation and, where some row is not a plain level or rate,
-        the rows' modes (None: every row scores as the scorer says).
+        the rows' modes (None: every row scores as the scorer says; else possibly a view of :attr:`mode`,
+        which :meth:`update` never writes). ``sel`` is ``ids`` as an index (:func:`run_index`).
 
         The scorer judges only the rows it scores: an event's score is its value's change and a context
         series never scores, so neither is evaluated nor learnt (a quarter of a GPU scrape's rows: power,
         memory used, the last XID); their percentiles are kept all the same (the sketch)."""
         cfg = self.config
-        mode = self.mode[ids]
+        mode = self.mode[sel]
         # Rows per mode (one call; a mode no row has costs no mask).
         _, _, errors, events, contexts = np.bincount(mode, minlength=5).tolist()
         if not (errors or events or contexts):
@@ -334,21 +335,30 @@ class DetectorBank:
                for f in ("phase", "onset_ts", "value", "score", "p50", "p99")})
 
     def _update(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> Transitions:
-        """:meth:`update` of one chunk."""
+        """:meth:`update` of one chunk.
+
+        The chunk's rows are indexed once as ``sel`` (:func:`run_index`): a slice where they are one
+        ascending run of consecutive rows (most rounds), else ``ids``. A read through ``sel`` may then be
+        a view of the bank's array: each is used only before the same rows are written (``state`` and
+        ``run`` here, ``mode``), or goes straight into an expression that makes a new array. The scorer is
+        given ``ids`` (it judges a subset of the rows, seldom a run of them)."""
         cfg = self.config
-        scores, novelty, judged, mode = self._score(ids, ts, x)
+        sel = run_index(ids)
+        scores, novelty, judged, mode = self._score(ids, sel, ts, x)
         self.last_scores = Scores(scores, novelty)
         bad = scores >= cfg.score_threshold
-        state = self.state[ids]
-        run = self.run[ids]
+        state = self.state[sel]
+        run = self.run[sel]
         if not np.count_nonzero(bad) and not np.count_nonzero(state):
-            return self._quiet(ids, ts, x, judged, run)
-        return self._episodes(ids, ts, x, judged, scores, mode, bad, state, run)
+            return self._quiet(ids, sel, ts, x, judged, run)
+        return self._episodes(ids, sel, ts, x, judged, scores, mode, bad, state, run)
 
-    def _episodes(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, judged: Judged, scores: np.ndarray,
-                  mode: np.ndarray | None, bad: np.ndarray, state: np.ndarray, run: np.ndarray) -> Transitions:
+    def _episodes(self, ids: np.ndarray, sel: RowIndex, ts: np.ndarray, x: np.ndarray, judged: Judged,
+                  scores: np.ndarray, mode: np.ndarray | None, bad: np.ndarray, state: np.ndarray,
+                  run: np.ndarray) -> Transitions:
         """:meth:`_update`'s learning and episode state machines, for any round (``bad``: the rows scoring
-        at least the threshold; ``state`` and ``run``: the rows' episode state and run before)."""
+        at least the threshold; ``state`` and ``run``: the rows' episode state and run before, possibly
+        views of :attr:`state` and :attr:`run`: neither is read once the rows' state is written)."""
         cfg = self.config
         # An event (an XID) or an error on a clean link is confirmed by itself: it is one sample long.
         confirm: np.ndarray | int = cfg.confirm
@@ -361,25 +371,25 @@ class DetectorBank:
         hist = ((run << 1) | bad) & self._window_mask
         new_run = np.where(in_ep, np.where(disagree, run + 1, 0), hist)
         starting_run = disagree & ((run & np.where(in_ep, -1, self._slack_mask)) == 0)
-        run_ts = np.where(starting_run, ts, self.run_ts[ids])
-        run_value = np.where(starting_run, x, self.run_value[ids])
-        run_score = np.where(starting_run, scores, np.maximum(self.run_score[ids], np.where(disagree, scores, 0)))
+        run_ts = np.where(starting_run, ts, self.run_ts[sel])
+        run_value = np.where(starting_run, x, self.run_value[sel])
+        run_score = np.where(starting_run, scores, np.maximum(self.run_score[sel], np.where(disagree, scores, 0)))
         start = ~in_ep & bad & (np.bitwise_count(hist) >= confirm)
         end = in_ep & (new_run >= cfg.clear)
-        ep_len = np.where(in_ep, self.episode_len[ids] + 1, 0)
+        ep_len = np.where(in_ep, self.episode_len[sel] + 1, 0)
         # Baseline: learn normal values; during an episode only once it outlived the window (a start
         # is a bad sample outside an episode: never learnt).
         learn = np.where(in_ep, ep_len > cfg.window, ~bad)
         self._learn(ids, x, judged, learn)
-        self.sketch.add(ids, ts, x)
+        self.sketch.add(ids, ts, x, sel)
         flips = start | end  # a start only outside an episode, an end only inside: the state flips
-        self.state[ids] = state ^ flips
-        self.run[ids] = np.where(flips, 0, new_run)
-        self.run_ts[ids] = run_ts
-        self.run_value[ids] = run_value
-        self.run_score[ids] = np.where(flips, 0.0, run_score)
-        self.episode_len[ids] = np.where(start, 0, ep_len)
-        self.last_value[ids] = x
+        self.state[sel] = state ^ flips
+        self.run[sel] = np.where(flips, 0, new_run)
+        self.run_ts[sel] = run_ts
+        self.run_value[sel] = run_value
+        self.run_score[sel] = np.where(flips, 0.0, run_score)
+        self.episode_len[sel] = np.where(start, 0, ep_len)
+        self.last_value[sel] = x
         changed = flips.nonzero()[0]
         if changed.size == 0:
             return self._no_transitions()
@@ -395,17 +405,18 @@ class DetectorBank:
             p99=p99,
         )
 
-    def _quiet(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, judged: Judged, run: np.ndarray) -> Transitions:
+    def _quiet(self, ids: np.ndarray, sel: RowIndex, ts: np.ndarray, x: np.ndarray, judged: Judged,
+               run: np.ndarray) -> Transitions:
         """:meth:`_episodes` of a round in which no row is bad and no series is in an episode (most rounds):
         the same state to the bit, without the masks that are then constant. No run starts (its time and
         value stay), none ends, every row is learnt, and a run's history of bad samples shifts in a 0."""
         self._learn(ids, x, judged)
-        self.sketch.add(ids, ts, x)
-        self.run[ids] = (run << 1) & self._window_mask
+        self.sketch.add(ids, ts, x, sel)
+        self.run[sel] = (run << 1) & self._window_mask
         # (as the full path leaves it: the largest of the run's score and no bad score, 0)
-        self.run_score[ids] = np.maximum(self.run_score[ids], 0.0)
-        self.episode_len[ids] = 0
-        self.last_value[ids] = x
+        self.run_score[sel] = np.maximum(self.run_score[sel], 0.0)
+        self.episode_len[sel] = 0
+        self.last_value[sel] = x
         return self._no_transitions()
 
     @staticmethod

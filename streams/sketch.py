@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.series import Rows, grow, row_index, rows_size, take_rows
+from streams.series import RowIndex, Rows, grow, row_index, rows_size, run_index, take_rows
 
 #: ``SketchConfig.percentiles`` default: what capacity teams ask for.
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
@@ -139,26 +139,26 @@ class RollingPercentiles:
         self.counts[sid] = np.minimum(c, self._max)
         self.offset[sid] += d
 
-    def _bucket(self, ids: np.ndarray, x: np.ndarray) -> np.ndarray:
+    def _bucket(self, ids: np.ndarray, x: np.ndarray, sel: RowIndex) -> np.ndarray:
         cfg = self.config
         b = cfg.buckets
         pos = x > 0
         keys = self._keys(x, pos)
         # A series' first positive value places its grid (``pos > started``: positive and not started).
-        fresh = pos > self.started[ids]
+        fresh = pos > self.started[sel]
         if np.count_nonzero(fresh):
             fi = ids[fresh]
             self.offset[fi] = (keys[fresh] - (b - 1 - cfg.headroom) + 1).astype(np.int32)
             self.started[fi] = True
-        j = keys - self.offset[ids] + 1
+        j = keys - self.offset[sel] + 1
         over = pos & (j > b - 1)
         if np.count_nonzero(over):
             for k in over.nonzero()[0]:
                 self._shift(int(ids[k]), int(j[k] - (b - 1)))
-            j = keys - self.offset[ids] + 1
+            j = keys - self.offset[sel] + 1
         # np.minimum(np.maximum()) is np.clip for integers, without np.clip's Python-level dispatch; a value
         # <= 0 is bucket 0 (the product by ``pos``: one operation where np.where is two)
-        return np.minimum(np.maximum(j, 1), b - 1) * pos  # type: ignore[no-any-return]
+        return np.minimum(np.maximum(j, 1), b - 1) * pos
 
     # -- updates --------------------------------------------------------------------------------
     def _empty_pane(self, buckets: int) -> np.void:
@@ -166,14 +166,19 @@ class RollingPercentiles:
         grid = np.zeros(buckets, dtype=self.counts.dtype).view(np.dtype((np.void, buckets * self.counts.itemsize)))
         return grid[0]  # type: ignore[no-any-return]
 
-    def add(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray) -> None:
-        """Add one sample per series (``ids`` unique within a call; use :meth:`add_many` otherwise)."""
+    def add(self, ids: np.ndarray, ts: np.ndarray, x: np.ndarray, sel: RowIndex | None = None) -> None:
+        """Add one sample per series (``ids`` unique within a call; use :meth:`add_many` otherwise).
+
+        ``sel``: ``ids`` as an index (:func:`streams.series.run_index`), when the caller has it. A read
+        through it may be a view of the state: each is used before the same rows are written."""
         if ids.size == 0:
             return
-        bucket = self._bucket(ids, x)
-        last = self.last_ts[ids]
+        if sel is None:
+            sel = run_index(ids)
+        bucket = self._bucket(ids, x, sel)
+        last = self.last_ts[sel]  # (maybe a view: not read after the write below)
         cur = self._window_panes(last)
-        self.last_ts[ids] = np.fmax(last, ts)  # the panes move with it (to p where adv >= 1)
+        self.last_ts[sel] = np.fmax(last, ts)  # the panes move with it (to p where adv >= 1)
         # All windows at once, as (window, row): the (window, row) pairs are independent.
         p = np.floor(ts / self._w_col).astype(np.int64)
         adv = p - cur

@@ -6,6 +6,7 @@ import numpy as np
 
 from streams.catalogue import Direction, Mode
 from streams.detect import DetectorBank, DetectorConfig
+from streams.series import RowIndex
 
 
 def feed(bank: DetectorBank, sid: int, values: list[float], t0: float = 0.0,
@@ -149,9 +150,10 @@ def test_a_quiet_round_leaves_what_the_full_episode_path_leaves_to_the_bit() -> 
     short, full = bank(), bank()
     quiet = [0]
 
-    def full_path(ids: np.ndarray, ts: np.ndarray, x: np.ndarray, ev: object, run: np.ndarray) -> object:
+    def full_path(ids: np.ndarray, sel: RowIndex, ts: np.ndarray, x: np.ndarray, ev: object,
+                  run: np.ndarray) -> object:
         quiet[0] += 1
-        return full._episodes(ids, ts, x, ev, full.last_scores.score, full.mode[ids],
+        return full._episodes(ids, sel, ts, x, ev, full.last_scores.score, full.mode[ids],
                               np.zeros(ids.shape[0], dtype=bool), full.state[ids], run)
 
     full._quiet = full_path  # type: ignore[method-assign,assignment]
