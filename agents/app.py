@@ -146,6 +146,8 @@ def build_app(
         ingest.lane = lane("ingest", cat.telemetry_topics, 2 * settings.ingest_batch_messages)
     if emit is None and settings.correlate_lane:
         correlate.lane = lane("correlate", (cat.anomalies,), 4 * settings.correlate_batch_records)
+    if ingest.lane is not None and correlate.lane is not None:  # downstream first (agents.lane), for a cadence at most
+        ingest.lane.downstream, ingest.lane.downstream_wait_s = correlate.lane, settings.ingest_batch_within_s
     app.lockstep_lanes = tuple(lanes)
     app.agent(topics.telemetry, name="ingest")(ingest.run)
     app.agent(topics.annotations, name="forward_annotations")(correlate.forward_annotations)

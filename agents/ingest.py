@@ -313,6 +313,8 @@ class Ingest:
         batch (streams.pipeline.merged_points_records), then progress (watermarks), acknowledgements of
         holes read around Faust, and the snapshots due. Progress and snapshots come after every output
         of the messages they cover (a watermark never overtakes its points; a restore never skips them).
+        Progress goes at once (not at the broadcast timer's next turn, which a busy loop delays by up to
+        a second): the watermark is what an alert waits for.
         """
         rt, state = self.rt, self.state
         for rec in merged_points_records([(p.name, p.out) for p in done if p.out is not None]):
@@ -331,7 +333,8 @@ class Ingest:
             if rt.offsets is not None:
                 rt.offsets.ack(p.hole)
         await self.fabric.publish([(p.pipe, p.out is not None and p.out.control == "eos") for p in done])
-        if eos:
+        if eos or state.wm_dirty:  # at once, not at the timer's next turn (up to a second later on a busy loop)
+            state.last_broadcast = time.monotonic()
             await self.broadcast_watermarks()
         now = time.monotonic()
         for p in done:
@@ -497,8 +500,9 @@ class Ingest:
             await rt.send(rt.topics.anomalies, None, value, partition)
 
     async def watermark_tick(self) -> None:
-        """Progress when it moved; otherwise a heartbeat every second, so correlation can tell an idle input
-        partition (mentioned, not advancing) from one between owners (not mentioned at all)."""
+        """Progress when it moved (each batch sends its own at its end: :meth:`finish_batch`); otherwise a
+        heartbeat every second, so correlation can tell an idle input partition (mentioned, not advancing)
+        from one between owners (not mentioned at all)."""
         now = time.monotonic()
         if self.state.wm_dirty or now - self.state.last_broadcast >= 1.0:
             self.state.last_broadcast = now

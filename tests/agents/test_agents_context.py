@@ -56,7 +56,7 @@ def test_ingest_dead_letters_bad_records_with_their_reason_and_bytes(_loop: Any)
             await agent.put(raw, key=b"n1", partition=1)
 
     _loop.run_until_complete(go())
-    [(topic, key, record, _)] = sent
+    [(topic, key, record, _)] = [s for s in sent if s[2].get("type") != "watermark"]  # and the batch's progress
     assert topic == "lockstep.dlq" and key == b"n1"
     assert record["stage"] == "validate" and record["record"] == "samples[1]"
     assert record["reason"] == "missing field 'layer'" and record["partition"] == 1
@@ -80,6 +80,27 @@ def test_ingest_maps_a_port_anomaly_to_its_job_and_publishes_progress(_loop: Any
     watermarks = [(p, r) for t, _, r, p in sent if r.get("type") == "watermark"]
     assert sorted(p for p, _ in watermarks) == [0, 1]  # broadcast to every anomalies partition
     assert all(r["origins"] == {"<internal>:0": T0 + 11} and r["eos"] == ["<internal>:0"] for _, r in watermarks)
+
+
+def test_ingest_sends_a_batchs_progress_at_its_end_without_the_timer(_loop: Any) -> None:
+    """The watermark is what an alert waits for: each batch's progress goes out after its outputs, at once
+    (the broadcast timer, which a busy loop delays by up to a second, only sends heartbeats)."""
+    app, _, sent = make()
+
+    async def go() -> None:
+        async with app.agents["ingest"].test_context() as agent:
+            for k in range(3):
+                await agent.put(switch_sample(k, 5.0), key=b"leaf01", partition=0)
+                for _ in range(100):  # the batch's cadence, then its end
+                    if any(r.get("type") == "watermark" and r["origins"].get("<internal>:0") == T0 + k
+                           for _, _, r, _ in sent):
+                        break
+                    await asyncio.sleep(0.01)
+
+    _loop.run_until_complete(go())
+    progress = [r["origins"]["<internal>:0"] for _, _, r, p in sent if r.get("type") == "watermark" and p == 0]
+    assert progress == [T0, T0 + 1, T0 + 2]  # one broadcast a batch, none without new progress
+    assert all(not r["eos"] for _, _, r, _ in sent if r.get("type") == "watermark")
 
 
 def test_correlate_turns_evidence_and_watermarks_into_an_alert_and_rejects_garbage(_loop: Any) -> None:

@@ -218,3 +218,77 @@ def test_a_cancelled_taker_leaves_the_lane_busy_until_it_says_it_abandoned_the_b
 
     assert run(go()) == (True, True)
     assert acks.acked == []
+
+
+def test_a_due_batch_waits_for_the_downstream_lane_to_be_quiet() -> None:
+    """Downstream first: the ingest lane hands over a due batch only once the correlate lane has nothing
+    waiting and no batch in hand (their agents share one event loop; an ingest batch holds it)."""
+    up, _, _ = lane_of()
+    down, _, _ = lane_of()
+    up.downstream, up.downstream_wait_s = down, 5.0
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def downstream_agent() -> None:
+        async for batch in down.batches(10, within=0.0):
+            order.append(f"down taken {len(batch)}")
+            await release.wait()  # a batch in hand: still not quiet
+            order.append("down handled")
+
+    async def go() -> list[str]:
+        assert down.quiet()
+        down.put(TP("t", 0), recs(0, range(3)), 1)
+        assert not down.quiet()
+        up.put(TP("t", 0), recs(0, range(2)), 1)
+        batches = up.batches(10, within=0.0)
+        nxt = asyncio.ensure_future(batches.__anext__())
+        agent = asyncio.ensure_future(downstream_agent())
+        await asyncio.sleep(0.05)
+        assert order == ["down taken 3"] and not nxt.done()  # held while the downstream batch is in hand
+        release.set()
+        batch = await asyncio.wait_for(nxt, 1)
+        order.append(f"up taken {len(batch)}")
+        assert down.quiet()
+        agent.cancel()
+        await batches.aclose()
+        return order
+
+    assert run(go()) == ["down taken 3", "down handled", "up taken 2"]
+
+
+def test_a_downstream_lane_that_never_settles_delays_a_batch_by_its_wait_at_most() -> None:
+    up, _, _ = lane_of()
+    down, _, _ = lane_of()
+    up.downstream, up.downstream_wait_s = down, 0.05
+    down.put(TP("t", 0), recs(0, range(3)), 1)  # nobody takes it
+    up.put(TP("t", 0), recs(0, range(2)), 1)
+
+    async def go() -> tuple[list[int], bool]:
+        batches = up.batches(10, within=0.0)
+        batch = await asyncio.wait_for(batches.__anext__(), 1)
+        await batches.aclose()
+        return [d.offset for d in batch], down.quiet()
+
+    assert run(go()) == ([0, 1], False)
+
+
+def test_quiet_follows_drops_and_stale_chunks() -> None:
+    lane, flow, _ = lane_of()
+    lane.put(TP("t", 0), recs(0, range(2)), 1)
+    assert not lane.quiet()
+    lane.clear()  # a rebalance drops what was handed over
+    assert lane.quiet() and run(asyncio.wait_for(lane.wait_quiet(5.0), 0.5))  # at once, not after its wait
+    lane.put(TP("t", 0), recs(0, range(2)), 1)
+    flow.generation = 2  # stale: dropped when a batch is taken, nothing handed out
+
+    async def stale() -> bool:
+        batches = lane.batches(10, within=0.0)
+        nxt = asyncio.ensure_future(batches.__anext__())
+        await asyncio.sleep(0.02)
+        pending = not nxt.done()
+        nxt.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await nxt
+        return pending
+
+    assert run(stale()) and lane.quiet() and run(asyncio.wait_for(lane.wait_quiet(5.0), 0.5))
