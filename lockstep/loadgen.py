@@ -59,6 +59,7 @@ SWITCH_COUNTERS: tuple[tuple[str, float], ...] = (
     ("SymbolErrorCounter", 0.0), ("PortRcvErrors", 0.0), ("PortXmitWait", 3000.0), ("PortXmitData", 6.0e8))
 #: Seconds after an incident's start at which each layer reacts (the seed incident's chain).
 INCIDENT_CHAIN = {"switch": 0.0, "nccl": 2.0, "gpu": 5.0, "step": 8.0}
+CHAIN_LAST_S = max(INCIDENT_CHAIN.values())
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ class LoadGenerator:
         self.port = np.zeros((n, len(SWITCH_COUNTERS)))  # one downlink per node
         self.pool_names = [f"pool{i:02d}" for i in range(s.pools)]
         self.incidents = []
+        self._active: list[Incident] = []
         job_names = sorted(self.jobs)
         for j, at in s.incidents:
             job = job_names[j % len(job_names)]
@@ -188,7 +190,7 @@ class LoadGenerator:
     # -- scrapes --------------------------------------------------------------------------------
     def _factor(self, layer: str, job: str | None, t: float) -> float:
         factor = 1.0
-        for inc in self.incidents:
+        for inc in self._active:
             if inc.job == job and inc.start_ts + INCIDENT_CHAIN[layer] <= t < inc.end_ts + INCIDENT_CHAIN[layer]:
                 factor *= {"nccl": 2.6, "gpu": 0.45, "step": 2.0}.get(layer, 1.0)
         return factor
@@ -198,6 +200,8 @@ class LoadGenerator:
         s = self.spec
         t = round(s.start_ts + k * s.interval_s, 3)
         rng = self.rng
+        # the incidents that touch scrape k at any layer (a long schedule costs per scrape, not per message)
+        self._active = [inc for inc in self.incidents if inc.start_ts <= t < inc.end_ts + CHAIN_LAST_S]
         out: list[tuple[str, str, list[dict[str, Any]]]] = []
         gpu = np.maximum(self.gpu_mean + rng.normal(0.0, 1.0, self.gpu_mean.shape) * self.gpu_noise, 0.0)
         self.nic += self.nic_inc * s.interval_s * (1 + 0.01 * rng.normal(size=self.nic.shape))
@@ -213,7 +217,7 @@ class LoadGenerator:
         for i, node in enumerate(self.nodes):
             job = self.node_job[i]
             values = gpu[i]
-            if job is not None and self.incidents:
+            if job is not None and self._active:
                 values = values.copy()
                 values[:, 0] *= self._factor("gpu", job, t)
             doc = self._gpu_docs[i]

@@ -312,6 +312,10 @@ def table(doc: dict[str, Any]) -> str:
                           f" ({t['cpu_cores']} core)" for t in found["trials"])
         shape = (f"{found['gpus']:,} GPUs in {found['jobs']} jobs, " if found.get("gpus") and found.get("jobs")
                  else "")
+        inc = found.get("incidents")
+        if inc:
+            shape += (f"an incident every {inc['every_scrapes']} scrapes lasting {inc['each_s']:.0f} s as in the "
+                      f"latency run, ")
         rows.append(f"| highest rate 1 worker sustains live ({shape}{found.get('step_s', 10):.0f} s steps, everything "
                     f"processed within {found.get('drain_allowed_s', 0.5)} s of the last scrape) | "
                     f"{found['live_max_samples_per_s']:,.0f} samples/s | backlog rate {_sps(b['worker'])} | "
