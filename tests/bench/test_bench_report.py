@@ -100,9 +100,9 @@ def test_the_latency_goal_is_read_at_80_percent_of_the_maximum_when_that_run_exi
     # the quick doc's worker: 100,000 samples/s from the backlog
     assert "| 100,000 samples/s |" in live and "1.00x" in live and "within 0.5 s" in live
     assert "70,000 kept up (0.6 core); 87,500 behind (0.95 core)" in live
-    doc["live_max"].update(incidents={"every_scrapes": 2, "each_s": 40.0}, step_s=20.0, drain_allowed_s=1.0)
+    doc["live_max"].update(incidents={"every_scrapes": 2, "each_s": 40.0}, step_s=10.0, drain_allowed_s=1.0)
     live = next(line for line in table(doc).splitlines() if line.startswith("| highest rate 1 worker sustains live"))
-    assert "an incident every 2 scrapes lasting 40 s as in the latency run, 20 s steps" in live
+    assert "an incident every 2 scrapes lasting 40 s as in the latency run, 10 s steps" in live
     assert "within 1.0 s" in live
 
 
