@@ -133,7 +133,9 @@ class LockstepSettings(BaseSettings):
         "at most once: a catch-up runs event time many times faster than wall time; live the event-time "
         "interval decides. 0: the event-time interval alone (docs/performance.md)"
     )
-    watermark_interval_s: float = Field(default=0.2, gt=0, description="Wall seconds between watermark broadcasts")
+    watermark_interval_s: float = Field(
+        default=0.2, gt=0, description="Wall seconds between the watermark timer's turns (a heartbeat every "
+        "second; each ingest batch sends its own progress at its end)")
     ingest_catch_up_max_messages: int = Field(
         default=20_000, ge=0, description="Most messages of one input partition read back for state only after "
         "a restore (the offsets its snapshot misses up to the group's commit; all it retained when it has no "
