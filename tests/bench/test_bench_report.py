@@ -104,6 +104,11 @@ def test_the_latency_goal_is_read_at_80_percent_of_the_maximum_when_that_run_exi
     live = next(line for line in table(doc).splitlines() if line.startswith("| highest rate 1 worker sustains live"))
     assert "an incident every 2 scrapes lasting 40 s as in the latency run, 10 s steps" in live
     assert "within 1.0 s" in live
+    half = next(line for line in table(doc).splitlines() if line.startswith("| alert latency at 50,000"))
+    assert "(half the backlog rate)" in half  # below the live maximum of 100,000: said as it is
+    doc["live_max"]["live_max_samples_per_s"] = 40000.0
+    half = next(line for line in table(doc).splitlines() if line.startswith("| alert latency at 50,000"))
+    assert "above the live maximum 40,000: the worker falls behind" in half
 
 
 def test_peers_are_reported_missing_when_their_framework_is_not_importable(monkeypatch: pytest.MonkeyPatch) -> None:
