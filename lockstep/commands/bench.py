@@ -299,8 +299,8 @@ def table(doc: dict[str, Any]) -> str:
     above = (f"; above the live maximum {found['live_max_samples_per_s']:,.0f}: the worker falls behind"
              if found.get("live_max_samples_per_s") and lat["rate_samples_per_s"] > found["live_max_samples_per_s"]
              else "")
-    rows.append(f"| alert latency at {lat['rate_samples_per_s']:,.0f} samples/s (half the backlog rate{cluster}{above}), "
-                f"p50 / p99 | "
+    rows.append(f"| alert latency at {lat['rate_samples_per_s']:,.0f} samples/s (half the backlog rate{cluster}"
+                f"{above}), p50 / p99 | "
                 f"{lat['p50_s']} s / {lat['p99_s']} s ({lat['measured']} alerts{_p99s(lat)}) | - | - | - | "
                 f"{'(reference)' if hi else 'p99 < 1 s'} |")
     if hi:
