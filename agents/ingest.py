@@ -334,7 +334,6 @@ class Ingest:
                 rt.offsets.ack(p.hole)
         await self.fabric.publish([(p.pipe, p.out is not None and p.out.control == "eos") for p in done])
         if eos or state.wm_dirty:  # at once, not at the timer's next turn (up to a second later on a busy loop)
-            state.last_broadcast = time.monotonic()
             await self.broadcast_watermarks()
         now = time.monotonic()
         for p in done:
@@ -496,6 +495,7 @@ class Ingest:
         value = orjson.dumps({"type": "watermark", "origins": state.published_wm, "eos": sorted(state.eos),
                               "idle": idle})
         state.wm_dirty = False
+        state.last_broadcast = time.monotonic()
         for partition in range(rt.settings.partitions):
             await rt.send(rt.topics.anomalies, None, value, partition)
 
@@ -505,7 +505,6 @@ class Ingest:
         from one between owners (not mentioned at all)."""
         now = time.monotonic()
         if self.state.wm_dirty or now - self.state.last_broadcast >= 1.0:
-            self.state.last_broadcast = now
             await self.broadcast_watermarks()
             for origin, pipe in list(self.state.pipelines.items()):
                 self.metrics.late_sources.labels(origin).set(len(pipe.clocks.late_sources()))

@@ -101,7 +101,7 @@ class BatchLane:
         self._room.set()
         self._idle = asyncio.Event()
         self._idle.set()
-        #: set while :meth:`quiet` (kept by every change of the pending count or of the batch in hand)
+        #: set while :meth:`quiet`: :meth:`_settle` after every change of the pending count or the batch in hand
         self._quiet = asyncio.Event()
         self._quiet.set()
         #: a lane whose agent comes first (module docstring: the ingest lane's is the correlate lane)
@@ -116,7 +116,7 @@ class BatchLane:
         self._pending.append((tp, [Delivered.of(r) for r in records], generation))
         self._count += len(records)
         self._arrived.set()
-        self._quiet.clear()
+        self._settle()
         if self._count >= self.capacity:
             self._room.clear()
 
@@ -230,7 +230,7 @@ class BatchLane:
                 continue
             opened = clock()
             self._idle.clear()
-            self._quiet.clear()
+            self._settle()
             try:
                 yield batch
                 self.ack(batch)

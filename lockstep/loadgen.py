@@ -131,7 +131,6 @@ class LoadGenerator:
         self.port = np.zeros((n, len(SWITCH_COUNTERS)))  # one downlink per node
         self.pool_names = [f"pool{i:02d}" for i in range(s.pools)]
         self.incidents = []
-        self._active: list[Incident] = []
         job_names = sorted(self.jobs)
         for j, at in s.incidents:
             job = job_names[j % len(job_names)]
@@ -188,9 +187,10 @@ class LoadGenerator:
         return out
 
     # -- scrapes --------------------------------------------------------------------------------
-    def _factor(self, layer: str, job: str | None, t: float) -> float:
+    @staticmethod
+    def _factor(active: list[Incident], layer: str, job: str | None, t: float) -> float:
         factor = 1.0
-        for inc in self._active:
+        for inc in active:
             if inc.job == job and inc.start_ts + INCIDENT_CHAIN[layer] <= t < inc.end_ts + INCIDENT_CHAIN[layer]:
                 factor *= {"nccl": 2.6, "gpu": 0.45, "step": 2.0}.get(layer, 1.0)
         return factor
@@ -201,13 +201,13 @@ class LoadGenerator:
         t = round(s.start_ts + k * s.interval_s, 3)
         rng = self.rng
         # the incidents that touch scrape k at any layer (a long schedule costs per scrape, not per message)
-        self._active = [inc for inc in self.incidents if inc.start_ts <= t < inc.end_ts + CHAIN_LAST_S]
+        active = [inc for inc in self.incidents if inc.start_ts <= t < inc.end_ts + CHAIN_LAST_S]
         out: list[tuple[str, str, list[dict[str, Any]]]] = []
         gpu = np.maximum(self.gpu_mean + rng.normal(0.0, 1.0, self.gpu_mean.shape) * self.gpu_noise, 0.0)
         self.nic += self.nic_inc * s.interval_s * (1 + 0.01 * rng.normal(size=self.nic.shape))
         self.nic = np.round(self.nic)
         port_inc = np.tile(np.array([r for _, r in SWITCH_COUNTERS]), (s.nodes, 1)) * s.interval_s
-        for inc in self.incidents:
+        for inc in active:
             if inc.start_ts <= t < inc.end_ts:
                 i = self.jobs[inc.job][0]
                 port_inc[i, 0] += rng.poisson(40.0 * s.interval_s)
@@ -217,9 +217,9 @@ class LoadGenerator:
         for i, node in enumerate(self.nodes):
             job = self.node_job[i]
             values = gpu[i]
-            if job is not None and self._active:
+            if job is not None and active:
                 values = values.copy()
-                values[:, 0] *= self._factor("gpu", job, t)
+                values[:, 0] *= self._factor(active, "gpu", job, t)
             doc = self._gpu_docs[i]
             for d, v in zip(doc, np.round(values, 3).ravel().tolist(), strict=True):
                 d["ts"] = t
@@ -232,11 +232,11 @@ class LoadGenerator:
             out.append(("host", node, [{"ts": t, "layer": "host", "source": node, "metric": "cpu_utilization",
                                         "value": round(float(host[i]), 2), "labels": {}}]))
             if job is not None:
-                coll = 12000.0 * self._factor("nccl", job, t) * (1 + 0.02 * float(rng.normal()))
+                coll = 12000.0 * self._factor(active, "nccl", job, t) * (1 + 0.02 * float(rng.normal()))
                 out.append(("nccl", node, [{"ts": t, "layer": "nccl", "source": node, "metric": "coll_exec_time_us",
                                             "value": round(coll, 1), "labels": {"coll": "AllReduce", "job_id": job}}]))
         for job, members in sorted(self.jobs.items()):
-            f = self._factor("step", job, t)
+            f = self._factor(active, "step", job, t)
             steps = f * (1 + 0.015 * rng.normal(size=len(members)))
             samples: list[dict[str, Any]] = []
             for r, (i, st) in enumerate(zip(members, steps.tolist(), strict=True)):

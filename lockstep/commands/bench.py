@@ -305,7 +305,6 @@ def table(doc: dict[str, Any]) -> str:
                 f"{'(reference)' if hi else 'p99 < 1 s'} |")
     if hi:
         sent = (hi.get("produced") or {}).get("samples_per_s")
-        found = doc.get("live_max") or {}
         of = (f"80% of the live maximum {found['live_max_samples_per_s']:,.0f}" if found.get("live_max_samples_per_s")
               else "80% of max")
         rows.append(f"| alert latency at {hi['rate_samples_per_s']:,.0f} samples/s ({of}{cluster}; sent "
