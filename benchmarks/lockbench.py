@@ -119,6 +119,30 @@ def commit_of_head() -> str:
         return "unknown"
 
 
+@dataclass(frozen=True)
+class Placement:
+    """A preloaded partition's messages: their offsets (ascending) and the samples before each."""
+
+    offsets: np.ndarray
+    before: np.ndarray  # before[i]: the samples of the messages at offsets[:i] (one longer than offsets)
+
+    @classmethod
+    def of(cls, messages: list[tuple[int, int]]) -> Placement:
+        """From ``(offset, samples)`` pairs in any order."""
+        pairs = sorted(messages)
+        offsets = np.array([o for o, _ in pairs], dtype=np.int64)
+        before = np.concatenate([[0], np.cumsum([n for _, n in pairs], dtype=np.int64)])
+        return cls(offsets, before)
+
+    def samples_before(self, offset: int) -> int:
+        """The samples of the messages below ``offset`` (a committed offset: the next one to read).
+
+        >>> Placement.of([(1, 96), (0, 96), (2, 1)]).samples_before(2), Placement.of([(0, 5)]).samples_before(0)
+        (192, 0)
+        """
+        return int(self.before[int(np.searchsorted(self.offsets, offset, side="left"))])
+
+
 class Bench:
     """A broker, settings and helpers shared by the measurements of one ``lockstep bench`` run."""
 
@@ -139,6 +163,8 @@ class Bench:
         self.logs: dict[int, Path] = {}  # pid -> its log file
         self.groups: dict[int, Path] = {}  # pid -> the cgroup holding it to a CPU budget
         self._offset_readers: dict[str, Any] = {}
+        #: per preloaded partition, the samples before each offset (:meth:`preload`, :class:`Placement`)
+        self.placements: dict[tuple[str, int], Placement] = {}
 
     def with_prefix(self, name: str) -> Any:
         return self.settings.model_copy(update={"topic_prefix": f"b{self.run_id}-{name}.",
@@ -232,10 +258,30 @@ class Bench:
         from lockstep.loadgen import produce
 
         await create_topics(settings, self.bootstrap)
-        return await produce(settings, self.bootstrap, spec, scrapes=scrapes)
+        found: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        loaded = await produce(settings, self.bootstrap, spec, scrapes=scrapes,
+                               placed=lambda t, p, off, n: found.setdefault((t, p), []).append((off, n)))
+        for tp, messages in found.items():
+            self.placements[tp] = Placement.of(messages)
+        return loaded
 
     async def committed(self, group: str, topics: list[str]) -> int:
         """Sum of the group's committed offsets over ``topics`` (a consumer that never joins the group)."""
+        return sum((await self._committed(group, topics)).values())
+
+    async def committed_samples(self, group: str, topics: list[str]) -> int:
+        """The samples in the messages the group has committed over ``topics`` (preloaded by :meth:`preload`).
+
+        Progress in samples, not messages: the backlog's messages hold 1 to 96 samples (a host's one gauge,
+        a node's GPUs), and a consumer does not read the topics in step (aiokafka brings a small topic's
+        whole backlog in its first fetches, librdkafka a partition's queue at a time), so a rate fitted to
+        messages over a window and scaled by the backlog's mean samples a message was off by the window's
+        mix (docs/performance.md, the nineteenth session)."""
+        done = await self._committed(group, topics)
+        return sum(self.placements[tp].samples_before(offset) for tp, offset in done.items()
+                   if offset or tp in self.placements)  # (a partition the preload left empty: none to count)
+
+    async def _committed(self, group: str, topics: list[str]) -> dict[tuple[str, int], int]:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         consumer = self._offset_readers.get(group)
@@ -243,15 +289,15 @@ class Bench:
             consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group, enable_auto_commit=False)
             await consumer.start()
             self._offset_readers[group] = consumer
-        total = 0
+        out: dict[tuple[str, int], int] = {}
         for topic in topics:
             for p in range(self.partitions):
                 try:
                     offset = await consumer.committed(TopicPartition(topic, p))
                 except Exception:
                     offset = None
-                total += offset or 0
-        return total
+                out[(topic, p)] = offset or 0
+        return out
 
     async def group_settled(self, group: str, members: int) -> bool:
         """Whether consumer group ``group`` is Stable with ``members`` members (DescribeGroups): every
@@ -303,8 +349,8 @@ class Bench:
     async def watch(self, run: Run, progress: Callable[[], Awaitable[tuple[float | None, int]]],
                     procs: list[subprocess.Popen[bytes]], timeout_s: float, measure_s: float | None = None,
                     settled: Callable[[], Awaitable[bool]] | None = None) -> Run:
-        """Poll ``progress`` (when and how many messages were done: the group's committed offsets, or
-        a peer's progress file) until the backlog is consumed, or for ``measure_s`` seconds after the
+        """Poll ``progress`` (when and how many samples were done: those of the group's committed offsets,
+        or a peer's progress file) until the backlog is consumed, or for ``measure_s`` seconds after the
         first progress (``--quick``: a rate needs a window, not the whole backlog); fill ``run``: the
         rate (:func:`slope`), and the CPU the processes and the broker used over the same window.
 
@@ -329,7 +375,7 @@ class Bench:
                 waits[now] = [cpu_wait_seconds(p.pid) for p in procs]
             sizes = [rss_mb(p.pid) or 0.0 for p in procs]
             run.rss_mb = [round(max(a, b), 1) for a, b in zip(run.rss_mb or [0.0] * len(procs), sizes, strict=True)]
-            if done >= run.messages:
+            if done >= run.samples:
                 run.finished = True
                 break
             first = next((t for t, n in points if n > 0), None)
@@ -341,16 +387,17 @@ class Bench:
                 break
             await asyncio.sleep(0.25)
         run.wall_s = round(time.monotonic() - started, 1)
-        rate = slope(points, run.messages)
-        run.coarse = coarse(points, run.messages)
+        rate = slope(points, run.samples)
+        run.coarse = coarse(points, run.samples)
         if rate is None:
             run.why = (f"{len([p for p in points if p[1] > 0])} progress point(s): the backlog went faster than "
                        "the commit interval can time" if run.finished else "the backlog was not consumed in time")
         else:
-            run.messages_per_s = round(rate, 1)
-            run.samples_per_s = round(rate * run.samples / run.messages, 1)
-            run.seconds = round(run.messages / rate, 2)
-            window = steady(points, run.messages)
+            run.samples_per_s = round(rate, 1)
+            # messages/s at the backlog's mean samples a message (the fit is over samples: Bench.committed_samples)
+            run.messages_per_s = round(rate * run.messages / run.samples, 1)
+            run.seconds = round(run.samples / rate, 2)
+            window = steady(points, run.samples)
             (a, _), (b, _) = window[0], window[-1]
             (procs_a, broker_a), (procs_b, broker_b) = cpu[a], cpu[b]
             if b > a and None not in procs_a and None not in procs_b:
@@ -392,7 +439,7 @@ class Bench:
                 procs.append(self.spawn_baseline(kind, group, topics, tag))
 
         async def committed() -> tuple[float | None, int]:
-            return None, await self.committed(group, topics)
+            return None, await self.committed_samples(group, topics)
 
         async def from_files() -> tuple[float | None, int]:
             return read_progress(files)
@@ -413,7 +460,7 @@ class Bench:
 
 
 def read_progress(files: list[Path]) -> tuple[float | None, int]:
-    """The latest ``<monotonic seconds> <messages done>`` over peer progress files (0 before the first).
+    """The latest ``<monotonic seconds> <samples done>`` over peer progress files (0 before the first).
 
     >>> import tempfile
     >>> d = Path(tempfile.mkdtemp()); (d / "a").write_text("12.5 300\\n"); (d / "b").write_text("12.0 200\\n")

@@ -22,10 +22,10 @@ Each is written as its framework's documentation shows it:
   committed offsets as it measures the worker (it also writes a ``--progress`` file, to cross-check).
 - **Bytewax** (``bytewax``, ``bytewax-recovery``): a ``Dataflow`` from the Kafka connector's ``input``
   operator (``oks``), ``key_on`` the message key, ``map_value`` to decode, ``stateful_map`` holding
-  the key's series baselines, and an output counting the messages. State is in memory (Bytewax's
+  the key's series baselines, and an output counting the samples. State is in memory (Bytewax's
   default), or snapshotted to its SQLite recovery store every epoch (``RecoveryConfig``, 10 s epochs).
   Bytewax does not commit offsets to a consumer group (its offsets live in its own state), so its
-  output writes ``<monotonic seconds> <messages done>`` to the ``--progress`` file, which the bench
+  output writes ``<monotonic seconds> <samples done>`` to the ``--progress`` file, which the bench
   reads instead of committed offsets (the same clock: ``CLOCK_MONOTONIC`` is system-wide). It reads
   the backlog to its end and exits.
 
@@ -117,8 +117,8 @@ def run_quix(bootstrap: str, group: str, topics: list[str], state_dir: Path, mem
 
     def score(samples: list[dict[str, Any]], state: State) -> None:
         nonlocal anomalies, done, written
-        done += 1
-        if progress is not None and not done % 64 and time.monotonic() - written >= 0.25:
+        done += len(samples)
+        if progress is not None and time.monotonic() - written >= 0.25:
             written = write_progress(progress, done)
         for sample in samples:
             key = series_key(sample)
@@ -136,7 +136,7 @@ def run_quix(bootstrap: str, group: str, topics: list[str], state_dir: Path, mem
 
 
 def write_progress(progress: Path, done: int) -> float:
-    """Write ``<monotonic seconds> <messages done>`` to ``progress`` whole (never half a line); returns the time."""
+    """Write ``<monotonic seconds> <samples done>`` to ``progress`` whole (never half a line); returns the time."""
     now = time.monotonic()
     tmp = progress.with_suffix(".tmp")
     tmp.write_text(f"{now} {done}\n")
@@ -158,7 +158,7 @@ def bytewax_flow(bootstrap: str, topics: list[str], progress: Path) -> Any:
             self.written = 0.0
 
         def write_batch(self, items: list[Any]) -> None:
-            self.done += len(items)
+            self.done += sum(n for _, (n, _) in items)  # (key, (samples, anomalies)) a message
             now = time.monotonic()
             if now - self.written >= 0.25:
                 self._write(now)
@@ -173,7 +173,8 @@ def bytewax_flow(bootstrap: str, topics: list[str], progress: Path) -> Any:
         def build(self, step_id: str, worker_index: int, worker_count: int) -> ProgressPartition:
             return ProgressPartition()
 
-    def score(baselines: dict[str, list[float]] | None, samples: list[dict[str, Any]]) -> tuple[Any, int]:
+    def score(baselines: dict[str, list[float]] | None, samples: list[dict[str, Any]]
+              ) -> tuple[Any, tuple[int, int]]:
         baselines = {} if baselines is None else baselines
         anomalies = 0
         for sample in samples:
@@ -181,7 +182,7 @@ def bytewax_flow(bootstrap: str, topics: list[str], progress: Path) -> Any:
             baselines[key], z = update_baseline(baselines.get(key), float(sample["value"]))
             if abs(z) > Z_LIMIT:
                 anomalies += 1
-        return baselines, anomalies
+        return baselines, (len(samples), anomalies)
 
     flow = Dataflow("lockstep_peer")
     kin = kop.input("kafka_in", flow, brokers=[bootstrap], topics=topics, tail=False)

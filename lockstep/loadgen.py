@@ -263,24 +263,32 @@ class LoadGenerator:
 
     def messages(self, k: int) -> Iterator[tuple[str, bytes, bytes]]:
         """Scrape ``k`` as Kafka messages: ``(layer, key, value)``; one per sample with ``single``."""
+        for layer, key, value, _ in self.counted_messages(k):
+            yield layer, key, value
+
+    def counted_messages(self, k: int) -> Iterator[tuple[str, bytes, bytes, int]]:
+        """:meth:`messages` with each message's number of samples: ``(layer, key, value, samples)``."""
         for layer, key, samples in self.scrape(k):
             kb = key.encode()
             if self.spec.single:
                 for sample in samples:
-                    yield layer, kb, orjson.dumps(sample)
+                    yield layer, kb, orjson.dumps(sample), 1
             else:
-                yield layer, kb, orjson.dumps(samples)
+                yield layer, kb, orjson.dumps(samples), len(samples)
 
 
 async def produce(settings: Any, bootstrap: str, spec: LoadSpec, *, rate: float | None = None,
                   scrapes: int | None = None, seconds: float | None = None, stop: asyncio.Event | None = None,
                   inventory: bool = True, on_scrape: Callable[[int, float, float], None] | None = None,
-                  first_scrape: int = 0) -> dict[str, Any]:
+                  first_scrape: int = 0,
+                  placed: Callable[[str, int, int, int], None] | None = None) -> dict[str, Any]:
     """Produce the generated cluster to the telemetry topics (inventory first).
 
     ``rate``: samples/s (None: as fast as the producer takes them). Stops after ``scrapes`` scrapes,
     ``seconds`` of wall time, or when ``stop`` is set. ``on_scrape(k, event_ts, acked_wall)`` is called
-    once every message of scrape ``k`` has been acknowledged by the broker.
+    once every message of scrape ``k`` has been acknowledged by the broker. ``placed(topic, partition,
+    offset, samples)`` is called for every telemetry message once all are acknowledged (where the broker
+    put it, and how many samples it holds: a bench counts the samples behind a committed offset).
     """
     from agents.kafka import start_producer
     from agents.topics import TopicCatalogue
@@ -290,6 +298,7 @@ async def produce(settings: Any, bootstrap: str, spec: LoadSpec, *, rate: float 
     cat = TopicCatalogue(settings)
     producer = await start_producer(settings, bootstrap, max_batch_size=1024 * 1024)
     sent_samples = sent_messages = 0
+    sent: list[tuple[Any, int]] = []  # (the send's future, its samples), kept only for ``placed``
     try:
         if inventory:
             for doc in gen.inventory():
@@ -308,8 +317,11 @@ async def produce(settings: Any, bootstrap: str, spec: LoadSpec, *, rate: float 
             if stop is not None and stop.is_set():
                 break
             futures = []
-            for layer, key, value in gen.messages(k):
-                futures.append(await producer.send(topics[layer], value, key=key))
+            for layer, key, value, n in gen.counted_messages(k):
+                fut = await producer.send(topics[layer], value, key=key)
+                futures.append(fut)
+                if placed is not None:
+                    sent.append((fut, n))
                 sent_messages += 1
             sent_samples += per_scrape
             if on_scrape is not None:
@@ -322,6 +334,9 @@ async def produce(settings: Any, bootstrap: str, spec: LoadSpec, *, rate: float 
                     await asyncio.sleep(delay)
         await producer.flush()
         wall = time.monotonic() - wall0
+        for fut, n in sent:
+            meta = await fut
+            placed(meta.topic, meta.partition, meta.offset, n)  # type: ignore[misc]
         return {"scrapes": k - first_scrape, "messages": sent_messages, "samples": sent_samples,
                 "seconds": round(wall, 3), "samples_per_s": round(sent_samples / wall, 1) if wall > 0 else None,
                 "series": gen.series}
