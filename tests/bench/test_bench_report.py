@@ -299,3 +299,34 @@ def test_a_group_is_fitted_from_when_it_settled_not_over_its_joins(monkeypatch: 
     unsettled = asyncio.run(bench.watch(Run("many", 4, total, total), progress, [], timeout_s=60, measure_s=15))
     assert unsettled.settled_s is None and unsettled.messages_per_s is not None
     assert unsettled.messages_per_s < 250
+
+
+def test_a_run_is_fitted_from_the_sample_another_run_began_its_window_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One worker reading the same backlog as a group before it: cheap samples first (300/s: the small
+    # topics' one-sample messages cost more a sample, here the opposite way round for the test), then 100/s.
+    # Fitted from sample 3,000 (where the group's window began), the rate is the later stretch's alone.
+    import asyncio
+
+    from benchmarks.lockbench import Bench
+
+    polls = {"n": 0}
+    real_sleep = asyncio.sleep
+
+    async def no_wait(_: float) -> None:
+        await real_sleep(0)
+
+    async def progress() -> tuple[float | None, int]:
+        t = float(polls["n"])
+        polls["n"] += 1
+        return t, int(300 * t if t <= 10 else 3000 + 100 * (t - 10))
+
+    monkeypatch.setattr("benchmarks.lockbench.asyncio.sleep", no_wait)
+    bench = Bench("127.0.0.1:1", partitions=1)
+    total = 3000 + 100 * 60
+    late = asyncio.run(bench.watch(Run("one", 1, total, total), progress, [], timeout_s=200, fit_from=3000))
+    assert late.samples_per_s == pytest.approx(100.0)
+    assert late.fit_base_samples is not None and 3000 <= late.fit_base_samples <= 3100
+    polls["n"] = 0
+    whole = asyncio.run(bench.watch(Run("one", 1, total, total), progress, [], timeout_s=200))
+    assert whole.samples_per_s is not None and whole.samples_per_s > 105  # both stretches in one slope
+    assert whole.fit_base_samples == 300
