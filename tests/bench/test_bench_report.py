@@ -264,69 +264,72 @@ def test_a_live_run_whose_alerts_all_came_too_late_says_so_instead_of_printing_n
     assert "nan" not in text
 
 
+class Ticks:
+    """A progress source on a clock of polls: poll ``n`` is at time ``n`` and has done ``done(n)``; with
+    :meth:`patch`, the bench's watch loop polls without sleeping."""
+
+    def __init__(self, done: Any) -> None:
+        self.n = 0
+        self.done = done
+
+    async def progress(self) -> tuple[float | None, int]:
+        t = float(self.n)
+        self.n += 1
+        return t, int(self.done(t))
+
+    @staticmethod
+    def patch(monkeypatch: pytest.MonkeyPatch) -> Any:
+        import asyncio
+
+        from benchmarks.lockbench import Bench
+
+        real_sleep = asyncio.sleep
+
+        async def no_wait(_: float) -> None:
+            await real_sleep(0)
+
+        monkeypatch.setattr("benchmarks.lockbench.asyncio.sleep", no_wait)
+        return Bench("127.0.0.1:1", partitions=1)
+
+
 def test_a_group_is_fitted_from_when_it_settled_not_over_its_joins(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Four workers joining one by one: 100 messages/s while the group rebalances, 300/s once it is
+    # Four workers joining one by one: 100 samples/s while the group rebalances, 300/s once it is
     # stable with all four. The fit (and measure_s) start at the settle, so the rate is the group's
     # steady one, and the run says when it settled.
     import asyncio
 
-    from benchmarks.lockbench import Bench
-
-    polls = {"n": 0}
-    real_sleep = asyncio.sleep
-
-    async def no_wait(_: float) -> None:
-        await real_sleep(0)
-
-    async def progress() -> tuple[float | None, int]:
-        t = float(polls["n"])
-        polls["n"] += 1
-        return t, int(100 * t if t <= 10 else 1000 + 300 * (t - 10))
+    bench = Ticks.patch(monkeypatch)
+    ticks = Ticks(lambda t: 100 * t if t <= 10 else 1000 + 300 * (t - 10))
 
     async def settled() -> bool:
-        return polls["n"] > 10
+        return ticks.n > 10
 
-    monkeypatch.setattr("benchmarks.lockbench.asyncio.sleep", no_wait)
-    bench = Bench("127.0.0.1:1", partitions=1)
     total = 1000 + 300 * 40
-    fitted = asyncio.run(bench.watch(Run("many", 4, total, total), progress, [], timeout_s=60, measure_s=15,
+    fitted = asyncio.run(bench.watch(Run("many", 4, total, total), ticks.progress, [], timeout_s=60, measure_s=15,
                                      settled=settled))
     assert fitted.settled_s is not None
-    assert fitted.messages_per_s == pytest.approx(300.0)
+    assert fitted.samples_per_s == pytest.approx(300.0)
     # measured for 15 s of progress after the settle, not 15 s after the first commit
-    assert 25 <= polls["n"] <= 30
-    polls["n"] = 0
-    unsettled = asyncio.run(bench.watch(Run("many", 4, total, total), progress, [], timeout_s=60, measure_s=15))
-    assert unsettled.settled_s is None and unsettled.messages_per_s is not None
-    assert unsettled.messages_per_s < 250
+    assert 25 <= ticks.n <= 30
+    ticks.n = 0
+    unsettled = asyncio.run(bench.watch(Run("many", 4, total, total), ticks.progress, [], timeout_s=60, measure_s=15))
+    assert unsettled.settled_s is None and unsettled.samples_per_s is not None
+    assert unsettled.samples_per_s < 250
 
 
 def test_a_run_is_fitted_from_the_sample_another_run_began_its_window_at(monkeypatch: pytest.MonkeyPatch) -> None:
-    # One worker reading the same backlog as a group before it: cheap samples first (300/s: the small
-    # topics' one-sample messages cost more a sample, here the opposite way round for the test), then 100/s.
-    # Fitted from sample 3,000 (where the group's window began), the rate is the later stretch's alone.
+    # One worker reading the same backlog as a group before it: one stretch at 300 samples/s, then one at
+    # 100/s (the backlog's small topics and its GPU messages cost a sample differently). Fitted from sample
+    # 3,000 (where the group's window began), the rate is the later stretch's alone.
     import asyncio
 
-    from benchmarks.lockbench import Bench
-
-    polls = {"n": 0}
-    real_sleep = asyncio.sleep
-
-    async def no_wait(_: float) -> None:
-        await real_sleep(0)
-
-    async def progress() -> tuple[float | None, int]:
-        t = float(polls["n"])
-        polls["n"] += 1
-        return t, int(300 * t if t <= 10 else 3000 + 100 * (t - 10))
-
-    monkeypatch.setattr("benchmarks.lockbench.asyncio.sleep", no_wait)
-    bench = Bench("127.0.0.1:1", partitions=1)
+    bench = Ticks.patch(monkeypatch)
+    ticks = Ticks(lambda t: 300 * t if t <= 10 else 3000 + 100 * (t - 10))
     total = 3000 + 100 * 60
-    late = asyncio.run(bench.watch(Run("one", 1, total, total), progress, [], timeout_s=200, fit_from=3000))
+    late = asyncio.run(bench.watch(Run("one", 1, total, total), ticks.progress, [], timeout_s=200, fit_from=3000))
     assert late.samples_per_s == pytest.approx(100.0)
     assert late.fit_base_samples is not None and 3000 <= late.fit_base_samples <= 3100
-    polls["n"] = 0
-    whole = asyncio.run(bench.watch(Run("one", 1, total, total), progress, [], timeout_s=200))
+    ticks.n = 0
+    whole = asyncio.run(bench.watch(Run("one", 1, total, total), ticks.progress, [], timeout_s=200))
     assert whole.samples_per_s is not None and whole.samples_per_s > 105  # both stretches in one slope
     assert whole.fit_base_samples == 300
