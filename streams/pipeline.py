@@ -181,7 +181,7 @@ class PartitionPipeline:
         self._jobset_version = np.full(0, -1, dtype=np.int32)
         self._jobsets: list[tuple[str, ...]] = []
         self._jobset_ids: dict[tuple[str, ...], int] = {}
-        self._intervals: dict[str, tuple[np.ndarray, np.ndarray, tuple[tuple[float, float], ...]]] = {}
+        self._intervals: dict[str, tuple[tuple[float, float], ...]] = {}
         self._intervals_version = -1
         #: Per series of a peer-compared lane: the worker it describes (see :func:`worker_name`).
         self._worker: dict[int, str] = {}
@@ -344,36 +344,35 @@ class PartitionPipeline:
             self._jobsets.append(jobs)
         return idx
 
-    def _job_intervals(self, job: str) -> tuple[np.ndarray, np.ndarray, tuple[tuple[float, float], ...]]:
-        """When ``job`` ran: its runs' starts and ends (inf: running), as arrays and as ``(start, end)``
-        pairs, cached until the inventory changes."""
+    def _job_intervals(self, job: str) -> tuple[tuple[float, float], ...]:
+        """When ``job`` ran: its runs as ``(start, end)`` pairs (end inf: running), cached until the
+        inventory changes."""
         if self._intervals_version != self.inventory.version:
             self._intervals = {}
             self._intervals_version = self.inventory.version
         iv = self._intervals.get(job)
         if iv is None:
             history = self.inventory.jobs.get(job) or []
-            starts = np.array([h.start for h in history], dtype=np.float64)
-            ends = np.array([math.inf if h.end is None else h.end for h in history], dtype=np.float64)
-            iv = (starts, ends, tuple(zip(starts.tolist(), ends.tolist(), strict=True)))
+            iv = tuple((float(h.start), math.inf if h.end is None else float(h.end)) for h in history)
             self._intervals[job] = iv
         return iv
 
     def active_at(self, job: str, t: float) -> bool:
         """Whether ``job`` is running at time ``t`` (:meth:`active` of one time)."""
         # (a loop, not any() over a generator: points asks per job and lane of every round of a live batch)
-        for s, e in self._job_intervals(job)[2]:  # noqa: SIM110
+        for s, e in self._job_intervals(job):  # noqa: SIM110
             if s <= t < e:
                 return True
         return False
 
     def active(self, job: str, t: np.ndarray) -> np.ndarray:
         """Where ``job`` is running at times ``t`` (``inventory.job(job, t) is not None``, vectorised)."""
-        starts, ends, _ = self._job_intervals(job)
-        if starts.size == 1:
-            return (t >= starts[0]) & (t < ends[0])  # type: ignore[no-any-return]
+        runs = self._job_intervals(job)
+        if len(runs) == 1:
+            (s, e), = runs
+            return (t >= s) & (t < e)
         mask = np.zeros(t.shape[0], dtype=bool)
-        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        for s, e in runs:
             mask |= (t >= s) & (t < e)
         return mask
 
