@@ -321,22 +321,18 @@ class Bench:
 
     async def lag(self, group: str, topics: list[str]) -> int:
         """Messages the group has not committed yet over ``topics``: the end offsets minus the
-        committed ones, per partition never below 0 (the embedded broker can report the end of batched
-        records below the committed offset)."""
+        committed ones, per partition never below 0. The ends are a fetch answer's high-water marks
+        (:func:`agents.gaps.fetched_ends`): the embedded broker's ListOffsets gives the last batch's first
+        offset, not the end, for a partition written in batches (it said 0 for a group 18 messages behind)."""
         from aiokafka import TopicPartition
 
-        await self.committed(group, topics)  # the group's offset reader, started once
-        consumer = self._offset_readers[group]
-        parts = [TopicPartition(t, p) for t in topics for p in range(self.partitions)]
-        ends = await consumer.end_offsets(parts)
-        total = 0
-        for tp in parts:
-            try:
-                done = await consumer.committed(tp)
-            except Exception:
-                done = None
-            total += max(0, ends.get(tp, 0) - (done or 0))
-        return total
+        from agents.gaps import fetched_ends
+
+        done = await self._committed(group, topics)  # (starts the group's offset reader once)
+        parts = [TopicPartition(t, p) for t, p in done]
+        ends = await fetched_ends(self.settings, self.bootstrap,
+                                  await self._offset_readers[group].end_offsets(parts))
+        return sum(max(0, (ends.get(tp) or 0) - done[(tp.topic, tp.partition)]) for tp in parts)
 
     def worker_samples(self, proc: subprocess.Popen[bytes]) -> float | None:
         """Samples worker ``proc`` has processed so far (``lockstep_samples_in_total`` on its /metrics,

@@ -112,13 +112,14 @@ def run_quix(bootstrap: str, group: str, topics: list[str], state_dir: Path, mem
                       commit_interval=1.0, state_dir=str(state_dir), consumer_extra_config=group_timeouts,
                       loglevel=os.environ.get("PEER_LOGLEVEL", "WARNING"))
     anomalies = 0
-    done = 0
+    done = messages = 0
     written = 0.0
 
     def score(samples: list[dict[str, Any]], state: State) -> None:
-        nonlocal anomalies, done, written
+        nonlocal anomalies, done, messages, written
         done += len(samples)
-        if progress is not None and time.monotonic() - written >= 0.25:
+        messages += 1
+        if progress is not None and not messages % 64 and time.monotonic() - written >= 0.25:
             written = write_progress(progress, done)
         for sample in samples:
             key = series_key(sample)

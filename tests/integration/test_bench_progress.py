@@ -25,7 +25,7 @@ def test_committed_offsets_count_the_samples_of_the_messages_below_them(broker: 
     topics = TopicNames(settings).telemetry
     group = f"progress-{uuid.uuid4().hex[:6]}"
 
-    async def go() -> tuple[dict[str, int], int, int, int]:
+    async def go() -> tuple[dict[str, int], int, int, int, int]:
         loaded = await bench.preload(settings, LoadSpec(gpus=16), 3)
         # Read every message back, count its samples, and commit half of each partition (rounded down).
         reader = AIOKafkaConsumer(*topics, bootstrap_servers=broker.bootstrap, group_id=group,
@@ -49,11 +49,13 @@ def test_committed_offsets_count_the_samples_of_the_messages_below_them(broker: 
         expected = sum(sum(n[:half[tp]]) for tp, n in counts.items())
         done = await bench.committed_samples(group, topics)
         messages = await bench.committed(group, topics)
+        lag = await bench.lag(group, topics)
         await bench.close_readers()
-        return loaded, expected, done, messages
+        return loaded, expected, done, messages, lag
 
-    loaded, expected, done, messages = asyncio.run(go())
+    loaded, expected, done, messages, lag = asyncio.run(go())
     assert 0 < expected < loaded["samples"]
     assert done == expected
+    assert lag == loaded["messages"] - messages  # what the group has not committed, in messages
     # the mean-samples-a-message estimate the bench used before is off for this mix
     assert round(messages * loaded["samples"] / loaded["messages"]) != expected
