@@ -175,7 +175,9 @@ class Bench:
 
     # -- processes ------------------------------------------------------------------------------
     def spawn_worker(self, settings: Any, tag: str, extra: dict[str, str] | None = None,
-                     cpu: CpuBudget | None = None) -> subprocess.Popen[bytes]:
+                     cpu: CpuBudget | None = None, upto: str | None = None) -> subprocess.Popen[bytes]:
+        """``lockstep worker`` of the tree under test (:data:`REPO`); with ``upto``, its ingest stages cut
+        after that one (:mod:`benchmarks.ablated_worker`)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
         env.update({"LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix,
                     "LOCKSTEP_APP_ID": settings.app_id, "LOCKSTEP_PARTITIONS": str(self.partitions),
@@ -190,7 +192,8 @@ class Bench:
                     # the tree under test first, then what the bench was given (an optional package's --target)
                     "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])})
         env.update(extra or {})
-        return self._spawn([sys.executable, "-m", "lockstep.cli", "worker"], env, tag, cpu)
+        command = ["-m", "lockstep.cli", "worker"] if upto is None else ["-m", "benchmarks.ablated_worker", upto]
+        return self._spawn([sys.executable, *command], env, tag, cpu)
 
     def spawn_baseline(self, mode: str, group: str, topics: list[str], tag: str) -> subprocess.Popen[bytes]:
         env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -9,9 +9,18 @@ the ``after`` tree's, so each round's ratio has its own baseline. ``--path`` dir
 to the workers' ``PYTHONPATH`` after the tree (an optional package installed with ``--target``).
 
 ``--drain`` measures instead what does not depend on how much of a core the neighbours leave a
-worker: the CPU-seconds the worker process spends from its start-up line (``consuming from``) until
-its group has committed the whole backlog, and its start-up CPU before that line (imports, a
-compiled kernel's cache load), each worker in a group of its own, the trees alternately.
+process: the samples it processed per CPU-second over the whole backlog, from its group's first commit
+to its last (the samples behind the committed offsets: :meth:`benchmarks.lockbench.Bench.committed_samples`;
+the CPU of the process from ``/proc``), and a worker's start-up CPU before it consumes (imports, a
+compiled kernel's cache load); each process in a group of its own, in an order reversed every round.
+With ``--bare``, the bare aiokafka+orjson consumer drains the backlog the same way each round, and every
+worker's figure is also given as a ratio to that round's bare one. With ``--upto STAGE`` (repeatable),
+workers of the ``--after`` tree with their ingest stages cut after ``STAGE`` drain it too
+(:mod:`benchmarks.ablated_worker`): the differences between the cuts say what each part of the pipeline
+costs a sample in a live worker, outputs and correlation included::
+
+    python -m benchmarks.worker_ab --before $PWD --after $PWD --drain --bare --upto validate --upto rate \
+        --upto episodes --scrapes 200
 """
 
 from __future__ import annotations
@@ -30,26 +39,39 @@ from benchmarks import lockbench
 
 
 async def drain(bench: lockbench.Bench, settings: Any, loaded: dict[str, Any], tree: Path, tag: str,
-                timeout_s: float = 600.0) -> dict[str, Any]:
-    """One worker of ``tree`` over the whole backlog: start-up CPU, CPU until all is committed, RSS."""
+                kind: str = "worker", upto: str | None = None, timeout_s: float = 600.0) -> dict[str, Any]:
+    """One process of ``kind`` (``worker`` of ``tree``, cut after ``upto`` if given, or a baseline of
+    :mod:`benchmarks.consumers`) over the whole backlog: samples per CPU-second from its group's first
+    commit to the last, start-up CPU (a worker's, until it consumes), RSS."""
     lockbench.REPO = tree
     group = f"{settings.app_id}-drain-{uuid.uuid4().hex[:6]}"
     topics = lockbench.TopicNames(settings).telemetry
-    proc = bench.spawn_worker(settings.model_copy(update={"app_id": group}), tag)
+    if kind == "worker":
+        proc = bench.spawn_worker(settings.model_copy(update={"app_id": group}), tag, upto=upto)
+    else:
+        proc = bench.spawn_baseline(kind, group, topics, tag)
     began = time.monotonic()
     try:
-        await bench.wait_consuming(proc)
-        start_cpu = lockbench.cpu_seconds(proc.pid) or 0.0
-        t0 = time.monotonic()
+        start_cpu = None
+        if kind == "worker":
+            await bench.wait_consuming(proc)
+            start_cpu = lockbench.cpu_seconds(proc.pid) or 0.0
+        first: tuple[int, float, float] | None = None  # (samples, CPU-s, monotonic) at the first commit
         while time.monotonic() - began < timeout_s:
-            if await bench.committed(group, topics) >= loaded["messages"]:
+            done = await bench.committed_samples(group, topics)
+            cpu = lockbench.cpu_seconds(proc.pid) or 0.0
+            if done and first is None:
+                first = (done, cpu, time.monotonic())
+            if done >= loaded["samples"]:
                 break
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.05)
         else:
             raise TimeoutError(f"{tag} did not drain the backlog in {timeout_s:.0f} s")
-        cpu = (lockbench.cpu_seconds(proc.pid) or 0.0) - start_cpu
-        return {"startup_cpu_s": round(start_cpu, 2), "drain_cpu_s": round(cpu, 2),
-                "drain_wall_s": round(time.monotonic() - t0, 1), "samples_per_cpu_s": loaded["samples"] / cpu,
+        assert first is not None
+        spent = cpu - first[1]
+        return {"startup_cpu_s": None if start_cpu is None else round(start_cpu, 2), "drain_cpu_s": round(spent, 2),
+                "drain_wall_s": round(time.monotonic() - first[2], 1), "drained_samples": done - first[0],
+                "samples_per_cpu_s": (done - first[0]) / spent if spent > 0 else None,
                 "rss_mb": lockbench.rss_mb(proc.pid)}
     finally:
         bench.stop(proc)
@@ -60,18 +82,34 @@ async def drain(bench: lockbench.Bench, settings: Any, loaded: dict[str, Any], t
 
 async def drain_rounds(args: argparse.Namespace, bench: lockbench.Bench, settings: Any, loaded: dict[str, Any],
                        trees: dict[str, Path]) -> None:
-    got: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    #: name -> (tree, kind, upto)
+    entries: dict[str, tuple[Path, str, str | None]] = {name: (tree, "worker", None) for name, tree in trees.items()}
+    if args.bare:
+        entries = {"bare": (trees["after"], "bare", None), **entries}
+    for upto in args.upto:
+        entries[f"after upto {upto}"] = (trees["after"], "worker", upto)
+    got: dict[str, list[dict[str, Any]]] = {name: [] for name in entries}
     for r in range(args.rounds):
-        for name in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
-            fig = await drain(bench, settings, loaded, trees[name], f"drain-{name}-{r}")
+        for name in (list(entries) if r % 2 == 0 else list(entries)[::-1]):
+            tree, kind, upto = entries[name]
+            fig = await drain(bench, settings, loaded, tree, f"drain-{name.replace(' ', '-')}-{r}", kind, upto)
             got[name].append(fig)
-            print(f"round {r + 1} {name}: start-up {fig['startup_cpu_s']} CPU-s, backlog {fig['drain_cpu_s']} CPU-s in "
-                  f"{fig['drain_wall_s']} s = {fig['samples_per_cpu_s']:,.0f} samples per CPU-second, "
-                  f"rss {fig['rss_mb']} MB", flush=True)
+            rate = fig["samples_per_cpu_s"] or 0.0
+            print(f"round {r + 1} {name}: start-up {fig['startup_cpu_s']} CPU-s, {fig['drained_samples']:,} samples "
+                  f"in {fig['drain_cpu_s']} CPU-s ({fig['drain_wall_s']} s) = {rate:,.0f} samples per CPU-second "
+                  f"= {1e6 / rate if rate else float('nan'):.3f} us a sample, rss {fig['rss_mb']} MB", flush=True)
+    rates = {name: [f["samples_per_cpu_s"] or 0.0 for f in figs] for name, figs in got.items()}
     for name, figs in got.items():
-        print(f"{name}: median {statistics.median(f['samples_per_cpu_s'] for f in figs):,.0f} samples per "
-              f"CPU-second, start-up median {statistics.median(f['startup_cpu_s'] for f in figs)} CPU-s")
-    pairs = [a["samples_per_cpu_s"] / b["samples_per_cpu_s"] for a, b in zip(got["after"], got["before"], strict=True)]
+        med = statistics.median(rates[name])
+        line = (f"{name}: median {med:,.0f} samples per CPU-second ({1e6 / med if med else float('nan'):.3f} us a "
+                f"sample)")
+        if figs[0]["startup_cpu_s"] is not None:
+            line += f", start-up median {statistics.median(f['startup_cpu_s'] for f in figs)} CPU-s"
+        if "bare" in rates and name != "bare":
+            line += ", vs bare per round " + ", ".join(f"{a / b:.3f}x" for a, b in zip(rates[name], rates["bare"],
+                                                                                        strict=True) if b)
+        print(line)
+    pairs = [a / b for a, b in zip(rates["after"], rates["before"], strict=True) if b]
     print(f"after/before per CPU-second, per round: {', '.join(f'{p:.3f}' for p in pairs)} "
           f"(median {statistics.median(pairs):.3f})")
 
@@ -134,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=8.0, help="seconds fitted after the first commit (as --quick)")
     p.add_argument("--path", action="append", default=[], help="added to the workers' PYTHONPATH after the tree")
     p.add_argument("--drain", action="store_true", help="CPU-seconds over the whole backlog (module docstring)")
+    p.add_argument("--bare", action="store_true", help="with --drain: the bare consumer drained too, each round")
+    p.add_argument("--upto", action="append", default=[], metavar="STAGE",
+                   help="with --drain: also the --after tree's worker with its ingest stages cut after STAGE")
     return asyncio.run(main_async(p.parse_args(argv)))
 
 
