@@ -435,8 +435,10 @@ class Bench:
         files: list[Path] = []
         for i in range(processes):
             tag = f"{name}-{i}"
-            if kind == "worker":
-                procs.append(self.spawn_worker(settings.model_copy(update={"app_id": group}), tag, cpu=cpu))
+            if kind in ("worker", "worker-floor"):
+                # the floor: a worker that only consumes, hands over, decodes and validates
+                procs.append(self.spawn_worker(settings.model_copy(update={"app_id": group}), tag, cpu=cpu,
+                                               upto="validate" if kind == "worker-floor" else None))
             elif kind.startswith("bytewax"):
                 proc, progress_file = self.spawn_peer(kind, group, topics, tag)
                 procs.append(proc)
@@ -1116,7 +1118,8 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
             ("bare", "bare", 1, None), ("faust_stock", "faust-stock", 1, None), ("worker", "worker", 1, None)]
         plan += [(PEER_RUNS[k], k, 1, None) for k in peer_kinds]
         if not quick:
-            plan += [("faust_noop", "faust", 1, None), ("worker_x2", "worker", 2, None), ("bare_x2", "bare", 2, None)]
+            plan += [("worker_floor", "worker-floor", 1, None), ("faust_noop", "faust", 1, None),
+                     ("worker_x2", "worker", 2, None), ("bare_x2", "bare", 2, None)]
         if cpu is not None:
             plan += [("worker_budget", "worker", 1, cpu), ("worker_budget_x2", "worker", 2, cpu)]
         rounds: dict[str, list[dict[str, Any]]] = {}

@@ -289,6 +289,12 @@ def table(doc: dict[str, Any]) -> str:
                     f"(`agents/transport.py`) | {_sps(s['worker'])} | {_sps(s['faust_noop'])} | "
                     f"{_paired(s['worker'], s['faust_noop'])} | "
                     f"{_paired(s['worker'], s['faust_noop'], 'samples_per_cpu_s')} | (reference) |")
+    if b.get("worker_floor"):
+        rows.append(f"| batched, Lockstep's floor: a worker that only consumes, hands over, decodes and validates "
+                    f"(`benchmarks/ablated_worker.py`), vs bare | {_with_cpu(b['worker_floor'])} | bare "
+                    f"{_sps(b['bare'])} | {_paired(b['worker_floor'], b['bare'])} | "
+                    f"{_paired(b['worker_floor'], b['bare'], 'samples_per_cpu_s')} | (reference: what is left of "
+                    f"the goals above for everything else) |")
     rows.append(f"| batched, do-nothing Faust agent / with Lockstep's hand-over, vs bare | {_with_cpu(stock_b)} / "
                 f"{_with_cpu(b.get('faust_noop')) if b.get('faust_noop') else skipped} | bare {_sps(b['bare'])} | "
                 f"{_paired(stock_b, b['bare'])} | {_paired(stock_b, b['bare'], 'samples_per_cpu_s')} | (reference) |")

@@ -167,6 +167,17 @@ def test_a_full_run_document_renders_every_row_including_scaling_and_the_budget(
     assert "not run with --quick" not in text
 
 
+def test_the_floor_row_gives_the_consume_decode_validate_worker_against_the_bare_consumer() -> None:
+    doc = quick_doc({})
+    assert "Lockstep's floor" not in table(doc)  # (a quick run does not measure it)
+    doc["batched"]["runs"]["worker_floor"] = run(250_000.0, 600_000.0, [0.9])
+    row = next(line for line in table(doc).splitlines() if "Lockstep's floor" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "250,000 on 0.90 core = 600,000/CPU-s"
+    assert cells[3] == "0.62x (one round)"  # 250k / 400k samples/s
+    assert cells[4] == "0.60x (one round)"  # 600k / 1M per CPU-second
+
+
 # -- the scale run (--scale N) ------------------------------------------------------------------
 def scale_doc(**scale: Any) -> dict[str, Any]:
     """A ``--scale-only`` document as run_all writes it (only the scale figures)."""
