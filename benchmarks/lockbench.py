@@ -30,6 +30,10 @@ from benchmarks import cpulimit
 from benchmarks.cpulimit import CpuBudget
 
 REPO = Path(__file__).resolve().parents[1]
+#: Scrapes of the one-sample-a-message backlog in a full run (64 GPUs: 897 messages a scrape). 80 (71,760
+#: messages) drained within two of a worker's commits on a 2-core Zen 5 machine (the rate was the commit
+#: interval's as much as the worker's: ``coarse``); 300 gives several commits inside the fitted window.
+SINGLE_SCRAPES = 300
 
 
 @dataclass
@@ -1139,7 +1143,7 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
         # 2. one sample per message
         sspec = LoadSpec(gpus=64, single=True)
         single = bench.with_prefix("single")
-        sloaded = await bench.preload(single, sspec, 30 if quick else 80)
+        sloaded = await bench.preload(single, sspec, 30 if quick else SINGLE_SCRAPES)
         say(f"{elapsed()} single: preloaded {sloaded['messages']:,} messages of one sample")
         srounds: dict[str, list[dict[str, Any]]] = {}
         splan = [("bare", "bare"), ("faust_stock", "faust-stock"), ("worker", "worker")]

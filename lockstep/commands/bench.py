@@ -117,15 +117,21 @@ def _per_cpu(run: dict[str, Any]) -> str:
 
 
 def _sps(run: dict[str, Any] | None) -> str:
-    """A run's samples/s, or n/a and why (too few progress points, not run).
+    """A run's samples/s, or n/a and why (too few progress points, not run); a rate fitted over fewer
+    than three commits inside its window (the process drained the backlog within a few commits:
+    ``Run.coarse``) says so, as its digits are then the commit interval's as much as the process's.
 
     >>> _sps({"samples_per_s": 1234.5}), _sps(None), _sps({"why": "1 progress point(s)"})
     ('1,234', 'n/a (not run)', 'n/a (1 progress point(s))')
+    >>> _sps({"samples_per_s": 1234.5, "coarse": True})
+    '1,234 (coarse fit)'
     """
     if not run:
         return "n/a (not run)"
     v = run.get("samples_per_s")
-    return f"{v:,.0f}" if v else f"n/a ({run.get('why') or 'no rate'})"
+    if not v:
+        return f"n/a ({run.get('why') or 'no rate'})"
+    return f"{v:,.0f} (coarse fit)" if run.get("coarse") else f"{v:,.0f}"
 
 
 #: At or above this share of the wall time running or waiting for a CPU, a process is taken as
