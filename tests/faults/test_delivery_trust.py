@@ -180,6 +180,15 @@ def test_a_secret_echoing_receiver_leaks_no_token(broker: EmbeddedBroker, tmp_pa
                 await producer.send_and_wait(cat.alerts, orjson.dumps(a), key=b"llm-70b")
             assert await until(lambda: len(slack.accepted) >= 1 and len(slack.requests) >= 6, 60), \
                 f"k2 never accepted: {len(slack.requests)} requests\n{deliver.log()[-3000:]}"
+
+            # The receiver has answered; the deliver process counts the answer once it has read it (a
+            # scrape right after the fake server recorded the acceptance could come first: 0 accepted).
+            def counted() -> bool:
+                text = deliver.metrics()
+                return (metric(text, "lockstep_delivery_accepted_total", receiver="slack") >= 1
+                        and metric(text, "lockstep_delivery_dead_letters_total", receiver="slack") >= 1)
+
+            assert await until(counted, 30), f"the answers were never counted\n{deliver.log()[-3000:]}"
             metrics = deliver.metrics()
         finally:
             deliver.stop()
