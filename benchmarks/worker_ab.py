@@ -110,32 +110,39 @@ async def drain_rounds(args: argparse.Namespace, bench: lockbench.Bench, setting
                   + (f" (the whole backlog from the start-up line: {whole:,.0f})" if whole else "")
                   + f", rss {fig['rss_mb']} MB", flush=True)
     rates = {name: [f["samples_per_cpu_s"] or 0.0 for f in figs] for name, figs in got.items()}
+    wholes = {name: [f["whole_samples_per_cpu_s"] or 0.0 for f in figs] for name, figs in got.items()
+              if all(f["whole_samples_per_cpu_s"] for f in figs)}  # (workers only)
     for name, figs in got.items():
-        med = statistics.median(rates[name])
-        line = (f"{name}: median {med:,.0f} samples per CPU-second ({1e6 / med if med else float('nan'):.3f} us a "
-                f"sample)")
+        line = f"{name}: {_median_line(rates[name])}"
         if figs[0]["startup_cpu_s"] is not None:
             line += f", start-up median {statistics.median(f['startup_cpu_s'] for f in figs)} CPU-s"
         if "bare" in rates and name != "bare":
-            line += ", vs bare per round " + ", ".join(f"{a / b:.3f}x" for a, b in zip(rates[name], rates["bare"],
-                                                                                        strict=True) if b)
-        wholes = [f["whole_samples_per_cpu_s"] for f in figs if f["whole_samples_per_cpu_s"]]
-        if len(wholes) == len(figs):
-            med = statistics.median(wholes)
-            line += f"; the whole backlog from the start-up line: median {med:,.0f} ({1e6 / med:.3f} us a sample)"
+            line += f", vs bare per round {_ratios(rates[name], rates['bare'], 'x')}"
+        if name in wholes:
+            line += f"; the whole backlog from the start-up line: {_median_line(wholes[name])}"
             if "bare" in rates:
-                line += ", vs bare per round " + ", ".join(f"{a / b:.3f}x" for a, b in zip(wholes, rates["bare"],
-                                                                                            strict=True) if b)
+                line += f", vs bare per round {_ratios(wholes[name], rates['bare'], 'x')}"
         print(line)
-    pairs = [a / b for a, b in zip(rates["after"], rates["before"], strict=True) if b]
-    print(f"after/before per CPU-second, per round: {', '.join(f'{p:.3f}' for p in pairs)} "
-          f"(median {statistics.median(pairs):.3f})")
-    whole = [a["whole_samples_per_cpu_s"] / b["whole_samples_per_cpu_s"] for a, b in zip(got["after"], got["before"],
-                                                                                        strict=True)
-             if a["whole_samples_per_cpu_s"] and b["whole_samples_per_cpu_s"]]
-    if whole:
-        print(f"after/before over the whole backlog from the start-up line, per round: "
-              f"{', '.join(f'{p:.3f}' for p in whole)} (median {statistics.median(whole):.3f})")
+    for label, figures in (("per CPU-second", rates), ("over the whole backlog from the start-up line", wholes)):
+        pairs = [a / b for a, b in zip(figures["after"], figures["before"], strict=True) if b]
+        if pairs:
+            print(f"after/before {label}, per round: {_ratios(figures['after'], figures['before'])} "
+                  f"(median {statistics.median(pairs):.3f})")
+
+
+def _median_line(rates: list[float]) -> str:
+    """``median 612,330 samples per CPU-second (1.633 us a sample)``."""
+    med = statistics.median(rates)
+    return f"median {med:,.0f} samples per CPU-second ({1e6 / med if med else float('nan'):.3f} us a sample)"
+
+
+def _ratios(a: list[float], b: list[float], unit: str = "") -> str:
+    """Round by round ``a / b`` (rounds whose ``b`` is 0 left out).
+
+    >>> _ratios([2.0, 3.0, 1.0], [1.0, 2.0, 0.0], "x")
+    '2.000x, 1.500x'
+    """
+    return ", ".join(f"{x / y:.3f}{unit}" for x, y in zip(a, b, strict=True) if y)
 
 
 async def main_async(args: argparse.Namespace) -> int:
