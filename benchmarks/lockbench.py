@@ -803,7 +803,6 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
 
     from agents.topics import create_topics
     from lockstep.loadgen import INCIDENT_CHAIN, LoadGenerator, LoadSpec, produce
-    from models.timeutil import parse_ts
 
     settings = bench.with_prefix(name)  # its own topics: a repeated run must not read the last one's alerts
     lateness, wait = settings.allowed_lateness_s, max(settings.grace_s, settings.job_end_margin_s)
@@ -883,24 +882,7 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
         rss = rss_all[0]
         for proc in procs:
             bench.stop(proc)
-    lat: list[float] = []
-    seen: set[str] = set()
-    for now, alert in received:
-        if alert.get("status") != "firing" or alert.get("type") != "job_slowdown":
-            continue
-        if alert.get("alert_id") in seen:
-            continue  # a revision of a firing alert (late evidence) is not its latency
-        seen.add(str(alert.get("alert_id")))
-        onset = parse_ts(alert["started_at"]) if isinstance(alert.get("started_at"), str) else None
-        if onset is None:
-            continue
-        # The verdict waits max(grace, job-end margin) of event time after the symptom's onset (the alert's
-        # started_at; rules/slowdown.py) and the watermark trails by the lateness: the scrape that completes
-        # it is the reference. With grace alone (5 s short of the margin) every run counted 5 scrapes of
-        # event time as latency: ~1 s in a quick run, ~14 s where a scrape took 2.8 s of wall time.
-        k = math.ceil((onset + wait + lateness - spec.start_ts) / spec.interval_s - 1e-9)
-        if k in acked:
-            lat.append(now - acked[k])
+    seen, lat = slowdown_latencies(received, acked, spec, wait + lateness)
     firing = len(seen)
     arr = np.array(lat) if lat else np.array([np.nan])
     return {"rate_samples_per_s": round(rate, 1), "gpus": gpus, "jobs": len(jobs), "produced": summary,
@@ -912,6 +894,41 @@ async def alert_latency(bench: Bench, rate: float, gpus: int = 1024, jobs_nodes:
                 "workers": workers, "cpu_budget": cpu.cores if cpu is not None else None,
                 "worker_rss_mb_each": rss_all, "per_worker_samples_per_s": per_worker, "cpu_cores": cores,
                 "lag_messages": lag_summary(lags)})}
+
+
+def slowdown_latencies(received: list[tuple[float, dict[str, Any]]], acked: dict[int, float], spec: Any,
+                       wait_s: float) -> tuple[dict[str, float], list[float]]:
+    """The first firing of each ``job_slowdown`` alert in ``received`` (``(monotonic time read, alert)``, in
+    the order read), and the latency of each: from the broker's ack of the scrape that completed its
+    evidence (``acked``: scrape -> monotonic time) to the read. Returns ``({alert_id: read at}, latencies)``.
+
+    The verdict waits ``wait_s`` of event time after the symptom's onset (the alert's ``started_at``:
+    max(grace, job-end margin) in rules/slowdown.py, plus the watermark's allowed lateness): the first
+    scrape at or after it is the reference. With grace alone (5 s short of the margin) every run counted
+    5 scrapes of event time as latency: ~1 s in a quick run, ~14 s where a scrape took 2.8 s of wall time.
+    A revision of a firing alert (late evidence) is not a latency.
+
+    >>> from lockstep.loadgen import LoadSpec
+    >>> spec = LoadSpec(start_ts=1764502800.0)
+    >>> a = {"status": "firing", "type": "job_slowdown", "alert_id": "a1", "started_at": "2025-11-30T11:40:10Z"}
+    >>> slowdown_latencies([(7.5, a), (9.0, a)], {19: 7.0}, spec, 9.0)
+    ({'a1': 7.5}, [0.5])
+    """
+    from models.timeutil import parse_ts
+
+    lat: list[float] = []
+    seen: dict[str, float] = {}
+    for now, alert in received:
+        if alert.get("status") != "firing" or alert.get("type") != "job_slowdown" or alert.get("alert_id") in seen:
+            continue
+        seen[str(alert.get("alert_id"))] = now
+        onset = parse_ts(alert["started_at"]) if isinstance(alert.get("started_at"), str) else None
+        if onset is None:
+            continue
+        k = math.ceil((onset + wait_s - spec.start_ts) / spec.interval_s - 1e-9)
+        if k in acked:
+            lat.append(now - acked[k])
+    return seen, lat
 
 
 def lag_summary(lags: list[int]) -> dict[str, Any]:
