@@ -19,7 +19,8 @@ EXTRA = ["lockstep.render", "lockstep.safetext", "lockstep.commands.tail", "lock
          "agents.app", "agents.batching", "agents.deadletters", "agents.ingest", "agents.recovery", "agents.runtime",
          "agents.snapshots", "agents.remote_write", "agents.offsets",
          "agents.carriers", "agents.gaps", "agents.stalls", "agents.topics", "agents.transport",
-         "lockstep.commands.bench", "benchmarks.lockbench", "benchmarks.cpulimit", "benchmarks.ablated_worker", "benchmarks.soak"]
+         "lockstep.commands.bench", "benchmarks.lockbench", "benchmarks.cpulimit", "benchmarks.ablated_worker",
+         "benchmarks.soak"]
 
 
 def modules() -> list[str]:
