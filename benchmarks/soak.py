@@ -4,22 +4,22 @@ incident alerted once and resolved, for as long as the run lasts.
     python -m benchmarks.soak [--minutes 30] [--rate SAMPLES_PER_S] [--gpus 1024] [--incident-every 120]
 
 Starts the embedded broker and a worker process (as ``lockstep bench`` spawns it), produces the generated
-cluster (:mod:`lockstep.loadgen`) at ``--rate`` samples/s for about ``--minutes``, with a leaf-port
-incident every ``--incident-every`` seconds of wall time (:func:`schedule`), and every 10 s records the
-worker's RSS and CPU, the broker's RSS and the worker's lag (telemetry end offsets minus committed
-offsets). Meanwhile it reads the alerts topic: each incident's ``job_slowdown`` alert, its latency (from
-the broker's ack of the scrape that completed its evidence: :func:`benchmarks.lockbench.slowdown_latencies`)
-and its resolution. After the last scrape it waits up to ``--settle`` seconds for the last incidents to
-fire and resolve.
+cluster (:mod:`lockstep.loadgen`) at ``--rate`` samples/s for about ``--minutes``, with a leaf-port incident
+every ``--incident-every`` seconds of wall time (:func:`schedule`), and every 10 s records the worker's RSS
+and CPU, the broker's RSS and the worker's lag (telemetry messages not committed yet:
+:meth:`benchmarks.lockbench.Bench.lag`, the ends from a fetch answer). Meanwhile it reads the alerts topic:
+each incident's ``job_slowdown`` alert, its latency (from the broker's ack of the scrape that completed its
+evidence: :func:`benchmarks.lockbench.slowdown_latencies`) and its resolution. After the last scrape it waits
+up to ``--settle`` seconds for the last incidents to fire and resolve.
 
 Pass: RSS at the end within 10 % of RSS after the first fifth of the run (warm-up: every series seen,
 arrays at capacity); lag never above 30 s of input; every incident fired exactly one ``job_slowdown``
 alert on its job and it resolved; no ``job_slowdown`` alert on a job without an incident. Writes a JSON
 document (``--output``) with every 10-second reading and every alert's times.
 
-The embedded broker keeps every record in memory (no retention): it grows by about 1.3 times the bytes
-produced (about 210 bytes a sample), so ``--minutes`` times ``--rate`` bounds the run on a given machine
-(30 minutes at 25,000 samples/s: about 9.5 GB).
+The embedded broker keeps every record in memory (no retention): it grows by about 200 bytes a sample of
+the generated cluster, so ``--minutes`` times ``--rate`` bounds the run on a given machine (30 minutes at
+25,000 samples/s: 8.7 GB measured).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def match_incidents(incidents: list[Any], alerts: list[tuple[float, dict[str, An
 
 async def soak(minutes: float, rate: float, gpus: int, incident_every_s: float = 120.0,
                settle_s: float = 90.0) -> dict[str, Any]:
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
 
     from agents.topics import create_topics
     from lockstep.broker import EmbeddedBroker
@@ -138,9 +138,7 @@ async def soak(minutes: float, rate: float, gpus: int, incident_every_s: float =
         await bench.wait_consuming(worker)  # the group join takes ~15 s on the embedded broker
         alerts = AIOKafkaConsumer(TopicNames(settings).alerts, bootstrap_servers=broker.bootstrap, group_id=None,
                                   auto_offset_reset="earliest", fetch_max_wait_ms=50)
-        reader = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None)
         await alerts.start()
-        await reader.start()
         stop = asyncio.Event()
 
         async def read_alerts() -> None:
@@ -157,15 +155,13 @@ async def soak(minutes: float, rate: float, gpus: int, incident_every_s: float =
         producing = asyncio.create_task(produce(settings, broker.bootstrap, spec, rate=rate, scrapes=scrapes,
                                                 on_scrape=lambda k, ts, wall: acked.__setitem__(k, wall)))
         topics = TopicNames(settings).telemetry
-        tps = [TopicPartition(t, p) for t in topics for p in range(bench.partitions)]
         t0 = time.monotonic()
         cpu_last = cpu_seconds(worker.pid) or 0.0
         ended: float | None = None
         try:
             while worker.poll() is None:
                 await asyncio.sleep(EVERY_S)
-                end = sum((await reader.end_offsets(tps)).values())
-                lag_msgs = max(end - await bench.committed(settings.app_id, topics), 0)
+                lag_msgs = await bench.lag(settings.app_id, topics)
                 cpu = cpu_seconds(worker.pid) or cpu_last
                 readings.append({"t": round(time.monotonic() - t0, 1), "rss_mb": rss_mb(worker.pid),
                                  "broker_rss_mb": rss_mb(broker.pid) if broker.pid else None,
@@ -182,7 +178,6 @@ async def soak(minutes: float, rate: float, gpus: int, incident_every_s: float =
             stop.set()
             await reading
             await alerts.stop()
-            await reader.stop()
             await bench.close_readers()
         produced = await producing if producing.done() else None
         if not producing.done():
@@ -190,28 +185,28 @@ async def soak(minutes: float, rate: float, gpus: int, incident_every_s: float =
     finally:
         bench.stop_all()
         broker.stop()
-    return summarise(minutes, rate, gpus, incident_every_s, readings, received, acked, spec, wait_s, produced)
+    return summarise(minutes, rate, gpus, incident_every_s, readings, received, acked, spec, gen.incidents, wait_s,
+                     produced)
 
 
 def summarise(minutes: float, rate: float, gpus: int, incident_every_s: float, readings: list[dict[str, Any]],
-              received: list[tuple[float, dict[str, Any]]], acked: dict[int, float], spec: Any, wait_s: float,
-              produced: dict[str, Any] | None) -> dict[str, Any]:
-    """The soak's document and its verdict (the module's pass rule)."""
-    from lockstep.loadgen import LoadGenerator
-
+              received: list[tuple[float, dict[str, Any]]], acked: dict[int, float], spec: Any,
+              incidents: list[Any], wait_s: float, produced: dict[str, Any] | None) -> dict[str, Any]:
+    """The soak's document and its verdict (the module's pass rule); ``incidents``: the load generator's
+    (:attr:`lockstep.loadgen.LoadGenerator.incidents`)."""
     warm = readings[max(0, len(readings) // 5 - 1)]["rss_mb"] if readings else None
     last = readings[-1]["rss_mb"] if readings else None
     growth = (last / warm - 1.0) if warm and last else None
     max_lag = max((r["lag_s"] for r in readings), default=None)
-    matched = match_incidents(LoadGenerator(spec).incidents, received)
+    matched = match_incidents(incidents, received)
     _, lat = slowdown_latencies(received, acked, spec, wait_s)
     arr = np.array(lat) if lat else np.array([np.nan])
     by_type: dict[str, int] = {}
     for _, alert in received:
         key = f"{alert.get('type')}/{alert.get('status')}"
         by_type[key] = by_type.get(key, 0) + 1
-    incidents = matched["per_incident"]
-    ok_alerts = (all(len(i["fired"]) == 1 and i["resolved_after_s"] is not None for i in incidents)
+    per_incident = matched["per_incident"]
+    ok_alerts = (all(len(i["fired"]) == 1 and i["resolved_after_s"] is not None for i in per_incident)
                  and not matched["unexpected"])
     cores = [r["cores"] for r in readings[len(readings) // 5:]]
     return {"minutes": minutes, "rate": rate, "gpus": gpus, "incident_every_s": incident_every_s,
@@ -219,14 +214,14 @@ def summarise(minutes: float, rate: float, gpus: int, incident_every_s: float, r
             "rss_after_warmup_mb": warm, "rss_end_mb": last,
             "rss_growth": round(growth, 4) if growth is not None else None, "max_lag_s": max_lag,
             "worker_cores_median": float(np.median(cores)) if cores else None,
-            "incidents": len(incidents), "incidents_fired": sum(1 for i in incidents if i["fired"]),
-            "incidents_resolved": sum(1 for i in incidents if i["resolved_after_s"] is not None),
-            "unexpected_slowdowns": matched["unexpected"], "per_incident": incidents,
+            "incidents": len(per_incident), "incidents_fired": sum(1 for i in per_incident if i["fired"]),
+            "incidents_resolved": sum(1 for i in per_incident if i["resolved_after_s"] is not None),
+            "unexpected_slowdowns": matched["unexpected"], "per_incident": per_incident,
             "alerts_by_type": by_type,
             "latency_p50_s": round(float(np.percentile(arr, 50)), 3),
             "latency_p99_s": round(float(np.percentile(arr, 99)), 3), "latency_max_s": round(float(np.max(arr)), 3),
             "pass": bool(growth is not None and abs(growth) <= 0.10 and max_lag is not None and max_lag <= 30.0
-                         and incidents and ok_alerts)}
+                         and per_incident and ok_alerts)}
 
 
 def main() -> None:
