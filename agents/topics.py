@@ -47,6 +47,50 @@ def carrier_formats() -> dict[str, str]:
     from streams.formats import FORMATS
 
     return {name: a.produces for name, a in FORMATS.items() if name not in CARRIED_AS}
+
+
+def enabled_carrier_formats(spec: str) -> dict[str, str]:
+    """The carrier formats ``LOCKSTEP_CARRIER_FORMATS`` enables -> what each produces, in registry order.
+
+    ``all`` (the default) is every format with a carrier topic, ``none`` (or an empty value) none of
+    them, anything else a comma-separated list of format names. An unknown name, or an exporter
+    that rides another carrier, is a :class:`models.errors.ConfigError` that says what to write
+    instead: a typo must not leave a carrier topic silently unread.
+
+    >>> enabled_carrier_formats("none"), enabled_carrier_formats(" ")
+    ({}, {})
+    >>> enabled_carrier_formats("ufm, prometheus,prometheus")
+    {'prometheus': 'samples', 'ufm': 'samples'}
+    >>> enabled_carrier_formats("slurm-squeue")
+    {'slurm-squeue': 'inventory'}
+    >>> len(enabled_carrier_formats("all")) == len(carrier_formats())
+    True
+    >>> enabled_carrier_formats("dcgm-exporter")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    models.errors.ConfigError: LOCKSTEP_CARRIER_FORMATS: 'dcgm-exporter' scrapes ride the 'prometheus' ...
+    >>> enabled_carrier_formats("prometheus,promethues")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    models.errors.ConfigError: LOCKSTEP_CARRIER_FORMATS: unknown format 'promethues'; all, none, or some of: ...
+    """
+    from models.errors import ConfigError
+
+    known = carrier_formats()
+    words = [w.strip() for w in spec.split(",") if w.strip()]
+    if words in (["all"], ["ALL"]):
+        return known
+    if not words or words in (["none"], ["NONE"]):
+        return {}
+    for word in words:
+        if word in CARRIED_AS:
+            raise ConfigError(f"LOCKSTEP_CARRIER_FORMATS: {word!r} scrapes ride the {CARRIED_AS[word]!r} carrier: "
+                              f"list {CARRIED_AS[word]}")
+        if word not in known:
+            raise ConfigError(f"LOCKSTEP_CARRIER_FORMATS: unknown format {word[:64]!r}; all, none, or some of: "
+                              f"{', '.join(sorted(known))}")
+    chosen = set(words)
+    return {name: produces for name, produces in known.items() if name in chosen}
 # -- end carriers --
 
 
@@ -147,11 +191,14 @@ class TopicCatalogue:
         keeps its order and its derived-ratio state on one partition); ``inventory.raw.<format>`` has
         ``inventory_partitions`` (one by default: scheduler dumps and pod events are read in order, and a
         job's pods meet in one state).
+
+        Only the formats ``carrier_formats`` enables (:func:`enabled_carrier_formats`): the catalogue,
+        ``topics create`` and the worker's subscriptions all follow it.
         """
         return [CarrierTopic(name, self._n(f"telemetry.raw.{name}"), self.settings.partitions, produces)
                 if produces == "samples" else CarrierTopic(name, self._n(f"inventory.raw.{name}"),
                                                              self.settings.inventory_partitions, produces)
-                for name, produces in carrier_formats().items()]
+                for name, produces in enabled_carrier_formats(self.settings.carrier_formats).items()]
 
     def specs(self) -> list[TopicSpec]:
         s = self.settings
@@ -192,19 +239,34 @@ class TopicCatalogue:
                       config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
         ]
         # carriers (issue 3): real-format input topics and the convert agents' state
+        carriers = self.carrier_topics()
         specs += [TopicSpec(c.topic, c.partitions, "source" if c.produces == "samples" else "any",
                             f"{c.format} messages as exporters ship them (converted by the convert agents)",
                             s.telemetry_retention_ms, config={"max.message.bytes": str(MAX_RECORD_BYTES)})
-                  for c in self.carrier_topics()]
-        specs += [
-            TopicSpec(self.changelog(CARRIER_STATE_TABLE), p, "topic:partition",
-                      "snapshots of per-partition real-format adapter state", compact=True,
-                      config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
-            TopicSpec(self.changelog(INVENTORY_CARRIER_STATE_TABLE), s.inventory_partitions, "topic:partition",
-                      "snapshots of the inventory carriers' adapter state", compact=True,
-                      config={"max.message.bytes": str(MAX_RECORD_BYTES)}),
-        ]
+                  for c in carriers]
+        # the convert agents' tables exist only with a carrier of their kind enabled (agents/carriers.py)
+        if any(c.produces == "samples" for c in carriers):
+            specs.append(TopicSpec(self.changelog(CARRIER_STATE_TABLE), p, "topic:partition",
+                                   "snapshots of per-partition real-format adapter state", compact=True,
+                                   config={"max.message.bytes": str(MAX_RECORD_BYTES)}))
+        if any(c.produces == "inventory" for c in carriers):
+            specs.append(TopicSpec(self.changelog(INVENTORY_CARRIER_STATE_TABLE), s.inventory_partitions,
+                                   "topic:partition", "snapshots of the inventory carriers' adapter state",
+                                   compact=True, config={"max.message.bytes": str(MAX_RECORD_BYTES)}))
         return specs
+
+
+def unread_carrier_topics(settings: LockstepSettings, existing: set[str]) -> list[str]:
+    """The carrier topics among ``existing`` whose formats ``settings.carrier_formats`` leaves out.
+
+    >>> s = LockstepSettings(_env_file=None, carrier_formats="prometheus")  # type: ignore[call-arg]
+    >>> unread_carrier_topics(s, {"lockstep.telemetry.raw.prometheus", "lockstep.telemetry.raw.ufm",
+    ...                           "lockstep.inventory.raw.slurm-squeue", "lockstep.alerts"})
+    ['lockstep.inventory.raw.slurm-squeue', 'lockstep.telemetry.raw.ufm']
+    """
+    everything = TopicCatalogue(settings.model_copy(update={"carrier_formats": "all"})).carrier_topics()
+    enabled = {c.topic for c in TopicCatalogue(settings).carrier_topics()}
+    return sorted(c.topic for c in everything if c.topic in existing and c.topic not in enabled)
 
 
 async def create_topics(settings: LockstepSettings, bootstrap: str) -> list[str]:
@@ -223,6 +285,10 @@ async def create_topics(settings: LockstepSettings, bootstrap: str) -> list[str]
     await admin.start()
     try:
         existing = set(await admin.list_topics())
+        unread = unread_carrier_topics(settings, existing)
+        if unread:
+            log.warning("carrier topics exist that LOCKSTEP_CARRIER_FORMATS=%s does not read (anything written "
+                        "there waits unconverted): %s", settings.carrier_formats, ", ".join(unread))
         missing = [s for s in specs if s.name not in existing]
         present = [s for s in specs if s.name in existing]
         if present:

@@ -43,15 +43,16 @@ from benchmarks import lockbench
 
 
 async def drain(bench: lockbench.Bench, settings: Any, loaded: dict[str, Any], tree: Path, tag: str,
-                kind: str = "worker", upto: str | None = None, timeout_s: float = 600.0) -> dict[str, Any]:
-    """One process of ``kind`` (``worker`` of ``tree``, cut after ``upto`` if given, or a baseline of
-    :mod:`benchmarks.consumers`) over the whole backlog: samples per CPU-second from its group's first
-    commit to the last, start-up CPU (a worker's, until it consumes), RSS."""
+                kind: str = "worker", upto: str | None = None, timeout_s: float = 600.0,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One process of ``kind`` (``worker`` of ``tree``, cut after ``upto`` if given, with ``env`` on top of
+    the bench's, or a baseline of :mod:`benchmarks.consumers`) over the whole backlog: samples per
+    CPU-second from its group's first commit to the last, start-up CPU (a worker's, until it consumes), RSS."""
     lockbench.REPO = tree
     group = f"{settings.app_id}-drain-{uuid.uuid4().hex[:6]}"
     topics = lockbench.TopicNames(settings).telemetry
     if kind == "worker":
-        proc = bench.spawn_worker(settings.model_copy(update={"app_id": group}), tag, upto=upto)
+        proc = bench.spawn_worker(settings.model_copy(update={"app_id": group}), tag, extra=env, upto=upto)
     else:
         proc = bench.spawn_baseline(kind, group, topics, tag)
     began = time.monotonic()
@@ -100,7 +101,8 @@ async def drain_rounds(args: argparse.Namespace, bench: lockbench.Bench, setting
     for r in range(args.rounds):
         for name in (list(entries) if r % 2 == 0 else list(entries)[::-1]):
             tree, kind, upto = entries[name]
-            fig = await drain(bench, settings, loaded, tree, f"drain-{name.replace(' ', '-')}-{r}", kind, upto)
+            fig = await drain(bench, settings, loaded, tree, f"drain-{name.replace(' ', '-')}-{r}", kind, upto,
+                              env=args.env.get(name.split(" ")[0]) if kind == "worker" else None)
             got[name].append(fig)
             rate = fig["samples_per_cpu_s"] or 0.0
             whole = fig["whole_samples_per_cpu_s"]
@@ -206,7 +208,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bare", action="store_true", help="with --drain: the bare consumer drained too, each round")
     p.add_argument("--upto", action="append", default=[], metavar="STAGE",
                    help="with --drain: also the --after tree's worker with its ingest stages cut after STAGE")
-    return asyncio.run(main_async(p.parse_args(argv)))
+    p.add_argument("--before-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --drain: set in the --before worker's environment (a setting's A/B on one tree)")
+    p.add_argument("--after-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --drain: set in the --after worker's environment (and its cut workers')")
+    args = p.parse_args(argv)
+    args.env = {name: _env_pairs(getattr(args, f"{name}_env")) for name in ("before", "after")}
+    return asyncio.run(main_async(args))
+
+
+def _env_pairs(pairs: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` arguments as a mapping.
+
+    >>> _env_pairs(["LOCKSTEP_CARRIER_FORMATS=none", "A=b=c"])
+    {'LOCKSTEP_CARRIER_FORMATS': 'none', 'A': 'b=c'}
+    """
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"not NAME=VALUE: {pair!r}")
+        out[name] = value
+    return out
 
 
 if __name__ == "__main__":

@@ -261,6 +261,12 @@ class LockstepSettings(BaseSettings):
                     "lists) admitted at once: computed one at a time between the agents' steps, the others "
                     "waiting their turn; one more is answered 429 with Retry-After")
     web_retry_after_s: int = Field(default=1, ge=1, le=600, description="Retry-After of a 429 (seconds)")
+    carrier_formats: str = Field(
+        default="all", max_length=2000, pattern=r"^[A-Za-z0-9_, -]*$",
+        description="The real formats read from carrier topics: all, none, or a comma-separated list of format "
+                    "names (lockstep topics list prints them; dcgm-exporter and node-exporter scrapes ride "
+                    "prometheus). A worker creates and subscribes to only these carrier topics; every idle "
+                    "topic it subscribes to is listed in each of its fetch requests")
     remote_write_keep_unknown: bool = Field(
         default=False, description="POST /api/v1/write keeps series whose names the metric catalogue does not "
                                    "know (meaning unknown); by default they are scrape noise: skipped and counted")
