@@ -34,6 +34,12 @@ REPO = Path(__file__).resolve().parents[1]
 #: messages) drained within two of a worker's commits on a 2-core Zen 5 machine (the rate was the commit
 #: interval's as much as the worker's: ``coarse``); 300 gives several commits inside the fitted window.
 SINGLE_SCRAPES = 300
+#: ``LOCKSTEP_CARRIER_FORMATS`` of every worker the bench runs: its traffic is native telemetry, so the
+#: workers are deployed as for a cluster that ships no real format (docs/contracts.md, "Connecting
+#: exporters"), subscribed to the topics that carry data as the baselines and peers are. With every
+#: carrier subscribed (the default) a worker spent 4-15 % more CPU a sample draining the same backlog
+#: (``worker_ab --drain --after-env``, docs/performance.md "Twenty-second session").
+WORKER_CARRIER_FORMATS = "none"
 
 
 @dataclass
@@ -165,7 +171,8 @@ class Bench:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.settings = LockstepSettings(  # type: ignore[call-arg]
             _env_file=None, kafka_bootstrap_servers=bootstrap, partitions=partitions,
-            topic_prefix=f"b{self.run_id}.", app_id=f"bench-{self.run_id}", data_dir=self.log_dir)
+            topic_prefix=f"b{self.run_id}.", app_id=f"bench-{self.run_id}", data_dir=self.log_dir,
+            carrier_formats=WORKER_CARRIER_FORMATS)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: dict[int, Path] = {}  # pid -> its log file
         self.groups: dict[int, Path] = {}  # pid -> the cgroup holding it to a CPU budget
@@ -185,7 +192,7 @@ class Bench:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
         env.update({"LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, "LOCKSTEP_TOPIC_PREFIX": settings.topic_prefix,
                     "LOCKSTEP_APP_ID": settings.app_id, "LOCKSTEP_PARTITIONS": str(self.partitions),
-                    "LOCKSTEP_DATA_DIR": str(self.log_dir / tag),
+                    "LOCKSTEP_DATA_DIR": str(self.log_dir / tag), "LOCKSTEP_CARRIER_FORMATS": settings.carrier_formats,
                     # warnings only (each line costs the measured worker); LOCKSTEP_BENCH_WORKER_LOG_LEVEL=info
                     # to see the workers' restores, catch-ups and stalls in <log_dir>/<tag>.log
                     "LOCKSTEP_LOG_LEVEL": os.environ.get("LOCKSTEP_BENCH_WORKER_LOG_LEVEL", "warn"),
@@ -1104,7 +1111,8 @@ async def run_all(bootstrap: str, quick: bool = False, say: Any = print, repeat:
 
     bench = Bench(bootstrap, broker_pid=broker_pid)
     out: dict[str, Any] = {"machine": machine(), "commit": commit_of_head(), "quick": quick,
-                           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "worker_carrier_formats": WORKER_CARRIER_FORMATS}
     measure_s = 8.0 if quick else None
     missing = peers.available()
     if peer_rows is None:

@@ -258,6 +258,19 @@ def scale_rows(doc: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _carriers_note(doc: dict[str, Any]) -> str:
+    """What the workers subscribed to besides the telemetry topics (older documents do not say: every carrier).
+
+    >>> _carriers_note({"worker_carrier_formats": "none"})
+    ' Workers with `LOCKSTEP_CARRIER_FORMATS=none` (the backlogs are native telemetry).'
+    >>> _carriers_note({})
+    ''
+    """
+    formats = doc.get("worker_carrier_formats")
+    return (f" Workers with `LOCKSTEP_CARRIER_FORMATS={formats}` (the backlogs are native telemetry)."
+            if formats else "")
+
+
 def table(doc: dict[str, Any]) -> str:
     """The Markdown table of one bench document (what docs/performance.md shows); rows a ``--quick``
     run does not measure say so. A ``--scale-only`` document gives the scale rows alone."""
@@ -372,7 +385,8 @@ def table(doc: dict[str, Any]) -> str:
     rows += scale_rows(doc)
     wall = f", {doc['wall_s']:.0f} s" if doc.get("wall_s") else ""
     head = (f"Commit `{doc['commit']}`, {doc['started']}{wall}; machine: {m['cpu']}, {m['cores']} cores shared with "
-            f"the broker and other engineers' work, Python {m['python']}{' (quick run)' if quick else ''}.")
+            f"the broker and other engineers' work, Python {m['python']}{' (quick run)' if quick else ''}."
+            + _carriers_note(doc))
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
