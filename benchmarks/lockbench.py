@@ -435,9 +435,10 @@ class Bench:
 
     async def throughput(self, name: str, settings: Any, loaded: dict[str, Any], kind: str, processes: int = 1,
                          timeout_s: float = 60.0, cpu: CpuBudget | None = None,
-                         measure_s: float | None = None, fit_from: int = 0) -> Run:
+                         measure_s: float | None = None, fit_from: int = 0, env: dict[str, str] | None = None) -> Run:
         """Rate of ``processes`` of ``kind`` over the backlog (until consumed, or ``timeout_s``); workers
-        each held to the ``cpu`` budget when one is given; ``fit_from``: as :meth:`watch`."""
+        each held to the ``cpu`` budget when one is given, with ``env`` on top of :meth:`spawn_worker`'s;
+        ``fit_from``: as :meth:`watch`."""
         topics = TopicNames(settings).telemetry
         run = Run(name, processes, loaded["messages"], loaded["samples"],
                   cpu_budget=cpu.cores if cpu is not None else None)
@@ -448,8 +449,8 @@ class Bench:
             tag = f"{name}-{i}"
             if kind in ("worker", "worker-floor"):
                 # the floor: a worker that only consumes, hands over, decodes and validates
-                procs.append(self.spawn_worker(settings.model_copy(update={"app_id": group}), tag, cpu=cpu,
-                                               upto="validate" if kind == "worker-floor" else None))
+                procs.append(self.spawn_worker(settings.model_copy(update={"app_id": group}), tag, extra=env,
+                                               cpu=cpu, upto="validate" if kind == "worker-floor" else None))
             elif kind.startswith("bytewax"):
                 proc, progress_file = self.spawn_peer(kind, group, topics, tag)
                 procs.append(proc)

@@ -7,6 +7,8 @@ backlog, group, 8 s window, samples per CPU-second from ``/proc``), for two chec
 in the same run: each round runs the bare aiokafka+orjson consumer, the ``before`` tree's worker and
 the ``after`` tree's, so each round's ratio has its own baseline. ``--path`` directories are added
 to the workers' ``PYTHONPATH`` after the tree (an optional package installed with ``--target``).
+``--before-env NAME=VALUE`` / ``--after-env NAME=VALUE`` set a variable in one side's workers (a
+setting's A/B on one tree: ``--before $PWD --after $PWD --before-env LOCKSTEP_CARRIER_FORMATS=all``).
 
 ``--drain`` measures instead what does not depend on how much of a core the neighbours leave a
 process: the samples it processed per CPU-second over the whole backlog, from its group's first commit
@@ -170,7 +172,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 kind = "bare" if name == "bare" else "worker"
                 lockbench.REPO = trees.get(name, trees["after"])  # what spawn_worker runs (and its cwd)
                 run = await bench.throughput(f"ab-{name}-{r}", settings, loaded, kind, timeout_s=90.0,
-                                             measure_s=args.window)
+                                             measure_s=args.window, env=args.env.get(name))
                 figures[name].append(run.as_dict())
                 print(f"round {r + 1} {lockbench.describe(name, run)}", flush=True)
     finally:
@@ -209,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--upto", action="append", default=[], metavar="STAGE",
                    help="with --drain: also the --after tree's worker with its ingest stages cut after STAGE")
     p.add_argument("--before-env", action="append", default=[], metavar="NAME=VALUE",
-                   help="with --drain: set in the --before worker's environment (a setting's A/B on one tree)")
+                   help="set in the --before worker's environment (a setting's A/B on one tree)")
     p.add_argument("--after-env", action="append", default=[], metavar="NAME=VALUE",
-                   help="with --drain: set in the --after worker's environment (and its cut workers')")
+                   help="set in the --after worker's environment (and its cut workers')")
     args = p.parse_args(argv)
     args.env = {name: _env_pairs(getattr(args, f"{name}_env")) for name in ("before", "after")}
     return asyncio.run(main_async(args))
