@@ -326,9 +326,10 @@ async def replay(settings: LockstepSettings, input_path: Path, output: TextIO, *
         print(f"{input_path}:{bad.line}: {bad.reason}", file=stderr)
     run_id = uuid.uuid4().hex[:8]
     # A replay's worker reads exactly the carriers its file uses, whatever the deployment enables.
-    used = ",".join(sorted({e.carrier for e in data.envelopes})) or "none"
+    file_carriers = ",".join(sorted({e.carrier for e in data.envelopes})) or "none"
     settings = settings.model_copy(update={"topic_prefix": f"{settings.topic_prefix}replay-{run_id}.",
-                                           "app_id": f"{settings.app_id}-replay-{run_id}", "carrier_formats": used})
+                                           "app_id": f"{settings.app_id}-replay-{run_id}",
+                                           "carrier_formats": file_carriers})
     broker = None
     bootstrap = settings.kafka_bootstrap_servers
     if bootstrap is None:
