@@ -57,8 +57,8 @@ def enabled_carrier_formats(spec: str) -> dict[str, str]:
     that rides another carrier, is a :class:`models.errors.ConfigError` that says what to write
     instead: a typo must not leave a carrier topic silently unread.
 
-    >>> enabled_carrier_formats("none"), enabled_carrier_formats(" ")
-    ({}, {})
+    >>> enabled_carrier_formats("none"), enabled_carrier_formats(" "), enabled_carrier_formats("None")
+    ({}, {}, {})
     >>> enabled_carrier_formats("ufm, prometheus,prometheus")
     {'prometheus': 'samples', 'ufm': 'samples'}
     >>> enabled_carrier_formats("slurm-squeue")
@@ -78,9 +78,10 @@ def enabled_carrier_formats(spec: str) -> dict[str, str]:
 
     known = carrier_formats()
     words = [w.strip() for w in spec.split(",") if w.strip()]
-    if words in (["all"], ["ALL"]):
+    keyword = words[0].lower() if len(words) == 1 else None
+    if keyword == "all":
         return known
-    if not words or words in (["none"], ["NONE"]):
+    if not words or keyword == "none":
         return {}
     for word in words:
         if word in CARRIED_AS:
