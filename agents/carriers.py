@@ -80,6 +80,8 @@ from streams.snapshot import snapshot_due
 
 if TYPE_CHECKING:
     from agents.metrics import WorkerMetrics
+    from agents.offsets import Offsets
+    from agents.stalls import StallWatch
 
 log = logging.getLogger("lockstep.agents.carriers")
 
@@ -113,6 +115,7 @@ class CarrierMessage:
     timestamp: float | None  # Kafka record time, Unix seconds
     value: bytes
     headers: Mapping[str, bytes | str] = field(default_factory=dict)
+    tombstone: bool = False  # the record had no value at all (``value`` is then empty)
 
     @property
     def origin(self) -> str:
@@ -203,6 +206,22 @@ def key_source(format_name: str, key: str | None) -> str | None:
     return None if format_name in _PAYLOAD_SOURCE_AFTER_DEFAULT else key
 
 
+def carrier_message(topic: str, partition: int, offset: int | None, key: Any, timestamp: float | None,
+                    value: Any, headers: Any) -> CarrierMessage:
+    """A consumed record as a :class:`CarrierMessage`, whoever read it (Faust's message, or aiokafka's
+    record read around Faust): a key that is not bytes is no key, the headers merged with the key
+    (:func:`message_headers`), and a record without a value a tombstone.
+
+    >>> m = carrier_message("t", 3, 7, b"n1", 1.5, None, [("source", b"x")])
+    >>> m.origin, m.value, m.tombstone, dict(m.headers)
+    ('t:3', b'', True, {'source': b'x', 'stream': b'n1'})
+    """
+    key_bytes = key if isinstance(key, bytes) else None
+    raw = value if isinstance(value, bytes) else bytes(value or b"")
+    return CarrierMessage(topic, partition, offset, key_bytes, timestamp, raw, message_headers(headers, key_bytes),
+                          value is None)
+
+
 def message_headers(headers: Any, key: bytes | None) -> dict[str, bytes | str]:
     """Kafka headers (a list of pairs or a mapping) as a dict; the key is the ``stream`` unless one is set."""
     if not headers:
@@ -276,6 +295,11 @@ class CarrierPartitions:
     states: dict[str, AdapterState] = field(default_factory=dict)
     last_snapshot: dict[str, float] = field(default_factory=dict)
     eos: set[str] = field(default_factory=set)
+    #: the last offset converted per partition, while this worker owns it (holes and redeliveries are
+    #: told from it: agents.gaps, agents.stalls)
+    last_offset: dict[str, int] = field(default_factory=dict)
+    #: messages delivered again (a seek back to the commit, a stall re-read) and skipped as converted
+    redelivered: int = 0
 
     def snapshot(self, origin: str) -> bytes:
         """The table value for ``origin``: its adapter state and whether its end of input was seen."""
@@ -296,6 +320,7 @@ class CarrierPartitions:
         self.states.pop(origin, None)
         self.last_snapshot.pop(origin, None)
         self.eos.discard(origin)
+        self.last_offset.pop(origin, None)
 
 
 class CarrierMetrics:
@@ -333,13 +358,21 @@ def carrier_metrics(metrics: WorkerMetrics) -> CarrierMetrics:
 # -- wiring (Faust) --------------------------------------------------------------------------------
 
 def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalogue, send: Send,
-                    dead_letter: DeadLetter, metrics: WorkerMetrics, *, to_kafka: bool = True) -> CarrierPartitions:
+                    dead_letter: DeadLetter, metrics: WorkerMetrics, *, to_kafka: bool = True,
+                    offsets: Offsets | None = None, stalls: StallWatch | None = None) -> CarrierPartitions:
     """Add the ``convert`` and ``convert_inventory`` agents (and their tables) to ``app``.
 
     ``send(topic, key, value, partition)`` and ``dead_letter(record)`` are the app's own output
     paths (``build_app``). ``to_kafka=False`` when ``send`` does not use the app's producer (Faust's
     agent test context): there is then nothing to flush at end of input. Returns the in-memory
     partition states (also ``app.lockstep_carriers``, for tests and introspection).
+
+    As the ingest and correlate agents, the convert agents read around Faust's lost records
+    (faust-streaming #216/#596): with ``offsets`` (a worker on a broker), a message whose offset is
+    past the one expected (the last converted + 1, or the group's commit) has the records between
+    read from the broker and converted first (:meth:`agents.offsets.Offsets.read_hole`), and a
+    message delivered again is skipped as converted; ``stalls`` is told of every delivery, so a carrier
+    partition that stops with records waiting is re-read (:mod:`agents.stalls`).
     """
     import faust
 
@@ -380,16 +413,34 @@ def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalo
         metrics.snapshots.labels(table.name).inc()
 
     async def convert_one(event: Any, table: Any) -> None:
+        """One delivered message: first the records Faust lost before it (a hole: agents.gaps), then it;
+        a message delivered again (a seek back to the commit, a stall re-read) is already converted."""
         m = event.message
-        value = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
-        msg = CarrierMessage(m.topic, m.partition, m.offset, m.key if isinstance(m.key, bytes) else None,
-                             m.timestamp or None, value)
-        if event.value is None:
+        msg = carrier_message(m.topic, m.partition, m.offset, m.key, m.timestamp or None, event.value, m.headers)
+        if stalls is not None:
+            stalls.delivered(msg.origin, time.monotonic())
+        last = parts.last_offset.get(msg.origin)
+        if last is not None and m.offset is not None and m.offset <= last:
+            parts.redelivered += 1
+            return
+        if offsets is not None:
+            hole = await offsets.read_hole(m.topic, m.partition, last, m.offset)
+            for r in hole:  # records Faust never handed over: converted first, in offset order
+                await convert_message(carrier_message(r.topic, r.partition, r.offset, r.key, r.timestamp / 1000.0,
+                                                      r.value, r.headers), table)
+            offsets.ack(hole)
+        await convert_message(msg, table)
+
+    async def convert_message(msg: CarrierMessage, table: Any) -> None:
+        if msg.offset is not None:
+            parts.last_offset[msg.origin] = msg.offset
+        value = msg.value
+        if msg.tombstone:
             await dead_letter(dead_letter_record(msg, reason=TOMBSTONE_REASON, error="ValidationFailed", record=None))
             return
-        carrier: CarrierTopic | None = carriers.get(m.topic)
+        carrier: CarrierTopic | None = carriers.get(msg.topic)
         if carrier is None:  # cannot happen: the agents only subscribe to catalogue carriers
-            await dead_letter(dead_letter_record(msg, reason=f"{m.topic} is not a carrier topic",
+            await dead_letter(dead_letter_record(msg, reason=f"{msg.topic} is not a carrier topic",
                                                  error="UnsupportedFormat", record=None))
             return
         origin = msg.origin
@@ -407,7 +458,7 @@ def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalo
                                                  record=None))
             return
         started = time.perf_counter()
-        headers = message_headers(m.headers, msg.key)
+        headers = dict(msg.headers)
         collected = collection_time(headers, msg.timestamp)
         out: Converted = convert(carrier.format, value, headers=headers, state=state, ts=collected,
                                  ingest_ts=collected, default_source=key_source(carrier.format, msg.key_text()))
@@ -444,9 +495,8 @@ def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalo
                 except Exception as exc:  # a bug must not lose the message: park it, keep going
                     m = event.message
                     log.exception("%s failed on %s[%s]@%s", name, m.topic, m.partition, m.offset)
-                    value = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
-                    msg = CarrierMessage(m.topic, m.partition, m.offset, m.key if isinstance(m.key, bytes) else None,
-                                         m.timestamp or None, value)
+                    msg = carrier_message(m.topic, m.partition, m.offset, m.key, m.timestamp or None, event.value,
+                                          None)
                     await dead_letter(dead_letter_record(msg, reason=f"internal error: {exc!r}",
                                                          error="InternalError", record=None))
         body.__name__ = name

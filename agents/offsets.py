@@ -186,8 +186,7 @@ class Offsets:
             state.stalls.healed(name, now)
             # The last offset this worker processed (Faust may have read further: a stall seen here was
             # records read by the consumer that never reached the agent); else where the group committed.
-            owner = state.owner_of(tp.topic, tp.partition)
-            processed = owner.last_offset if owner is not None else None
+            processed = state.last_processed(tp.topic, tp.partition)
             committed = consumer._committed_offset.get(tp)
             action = stall_reread(processed, committed)
             if action is not None and action[0] == "reread":

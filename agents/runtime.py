@@ -84,8 +84,11 @@ class WorkerState:
     resume_skipped: int = 0
     resume_caught_up: int = 0
     redelivered: int = 0  # messages delivered again at or before the offset already processed (skipped)
-    #: when each assigned input partition (telemetry, anomalies) last delivered (see agents.stalls)
+    #: when each assigned input partition (telemetry, anomalies, carriers) last delivered (see agents.stalls)
     stalls: StallWatch = field(default_factory=StallWatch)
+    #: the last offset the convert agents converted per carrier partition (``topic:partition``; the
+    #: :class:`agents.carriers.CarrierPartitions` of this worker): what the stall watch re-reads after
+    carrier_last_offset: dict[str, int] = field(default_factory=dict)
     ingested_messages: int = 0
     ingested_samples: int = 0
     #: input partition -> offsets that raised alone (dead-lettered): a rebuild's catch-up skips them
@@ -100,6 +103,14 @@ class WorkerState:
         if topic == self.anomalies_topic:
             return self.correlators.get(partition)
         return self.pipelines.get(f"{topic}:{partition}")
+
+    def last_processed(self, topic: str, partition: int) -> int | None:
+        """The last offset of ``topic:partition`` this worker processed (an ingest, correlation or carrier
+        partition it owns), or None."""
+        owner = self.owner_of(topic, partition)
+        if owner is not None:
+            return owner.last_offset
+        return self.carrier_last_offset.get(f"{topic}:{partition}")
 
     def forget(self, topic: str, partition: int) -> None:
         """A partition left this worker (a rebalance): its state goes; the next owner restores a snapshot."""

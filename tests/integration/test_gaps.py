@@ -138,3 +138,35 @@ def test_a_hole_in_the_offsets_handed_to_correlate_is_folded_in(settings: Lockst
     assert filled == 1
     assert lane == 20  # offsets 0..9 and 20..29 came through the correlate lane (agents.lane), the hole around it
     assert commit == 30
+
+
+def load_scrape(k: int) -> bytes:
+    """A Prometheus scrape of one gauge at T0 + k (the carrier's format; its own timestamp)."""
+    return f"# TYPE node_load1 gauge\nnode_load1 {k}.5 {int((T0 + k) * 1000)}\n".encode()
+
+
+def test_a_hole_in_the_offsets_handed_to_convert_is_converted_first(settings: LockstepSettings) -> None:
+    """The convert agent reads around Faust's lost records as ingest and correlate do: before this, a
+    rebalance could leave a carrier's records unconverted until a restart (seen in
+    tests/faults/test_carrier_formats_rolling.py about one run in six)."""
+    from lockstep.replay import read_topic
+
+    settings = settings.model_copy(update={"carrier_formats": "prometheus"})
+    cat = TopicCatalogue(settings)
+    topic = cat._n("telemetry.raw.prometheus")
+
+    def last(worker: Worker) -> int | None:
+        return worker.app.lockstep_carriers.last_offset.get(f"{topic}:0") if worker.app is not None else None
+
+    async def outputs(worker: Worker) -> tuple[list[float], float, float]:
+        await worker.flush()
+        converted = [float(s["ts"]) for rec in await read_topic(settings, settings.kafka_bootstrap_servers or "",
+                                                                 cat.telemetry("host"))
+                     for s in (rec if isinstance(rec, list) else [rec]) if s.get("metric") == "node_load1"]
+        return (converted, counter(worker, "lockstep_input_gaps_total", topic=topic, outcome="filled"),
+                counter(worker, "lockstep_carrier_messages_total", format="prometheus"))
+
+    (converted, filled, messages), commit = asyncio.run(with_hole(settings, topic, load_scrape, last, outputs))
+    assert converted == [T0 + k for k in range(30)]  # every scrape, once, the hole's before offsets 20..29
+    assert filled == 1 and messages == 30
+    assert commit == 30  # the hole was acknowledged: the group commit passed it
