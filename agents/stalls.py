@@ -15,7 +15,8 @@ sought to the commit; no Faust warning says why). So a partition that has delive
 was assigned is checked sooner (``first_after_s``), once; after that the usual ``stall_after_s``
 applies.
 
-So the worker watches every assigned input partition (telemetry and anomalies): one with nothing
+So the worker watches every assigned input partition (telemetry, anomalies, and the carriers it reads):
+one with nothing
 delivered for ``stall_after_s`` (``first_after_s`` when newly assigned) while the worker is idle is a
 *suspect*. If its commit is behind the
 offset processed, the partition is read again from the commit (what is already in the state is
