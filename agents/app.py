@@ -133,7 +133,7 @@ def build_app(
     # samples -> episodes, points and progress (ingest), episodes -> alerts, timelines, stats (correlate).
     carriers = attach_carriers(app, settings, cat, rt.send, rt.dead_letter, metrics, to_kafka=emit is None,
                                offsets=rt.offsets, stalls=state.stalls)
-    state.carrier_last_offset = carriers.last_offset
+    state.relay_last_offset = carriers.last_offset
     lanes: list[BatchLane] = []
 
     def lane(name: str, topic_names: Any, capacity: int) -> BatchLane:
@@ -160,7 +160,7 @@ def build_app(
     app.timer(1.0, name="tick_correlators")(never_raises("tick_correlators")(correlate.tick))
     if rt.offsets is not None:
         offsets = rt.offsets
-        watched = {*cat.telemetry_topics, cat.anomalies, *(c.topic for c in cat.carrier_topics())}
+        watched = {*cat.telemetry_topics, cat.anomalies, cat.annotations, *(c.topic for c in cat.carrier_topics())}
 
         async def heal_stalls() -> None:
             await offsets.heal_stalls(watched, state)

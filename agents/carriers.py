@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from prometheus_client import Counter
 
+from agents.gaps import in_order
 from agents.topics import (
     CARRIER_STATE_TABLE,
     INVENTORY_CARRIER_STATE_TABLE,
@@ -419,21 +420,19 @@ def attach_carriers(app: Any, settings: LockstepSettings, catalogue: TopicCatalo
         msg = carrier_message(m.topic, m.partition, m.offset, m.key, m.timestamp or None, event.value, m.headers)
         if stalls is not None:
             stalls.delivered(msg.origin, time.monotonic())
-        last = parts.last_offset.get(msg.origin)
-        if last is not None and m.offset is not None and m.offset <= last:
+        hole = await in_order(parts.last_offset, m.topic, m.partition, m.offset,
+                              offsets.read_hole if offsets is not None else None)
+        if hole is None:
             parts.redelivered += 1
             return
-        if offsets is not None:
-            hole = await offsets.read_hole(m.topic, m.partition, last, m.offset)
-            for r in hole:  # records Faust never handed over: converted first, in offset order
-                await convert_message(carrier_message(r.topic, r.partition, r.offset, r.key, r.timestamp / 1000.0,
-                                                      r.value, r.headers), table)
+        for r in hole:  # records Faust never handed over: converted first, in offset order
+            await convert_message(carrier_message(r.topic, r.partition, r.offset, r.key, r.timestamp / 1000.0,
+                                                  r.value, r.headers), table)
+        if hole and offsets is not None:
             offsets.ack(hole)
         await convert_message(msg, table)
 
     async def convert_message(msg: CarrierMessage, table: Any) -> None:
-        if msg.offset is not None:
-            parts.last_offset[msg.origin] = msg.offset
         value = msg.value
         if msg.tombstone:
             await dead_letter(dead_letter_record(msg, reason=TOMBSTONE_REASON, error="ValidationFailed", record=None))

@@ -21,6 +21,7 @@ import orjson
 
 from agents.carriers import TOMBSTONE_REASON
 from agents.deadletters import dead_letter_of
+from agents.gaps import in_order
 from agents.lane import BatchLane
 from agents.offsets import facts
 from agents.recovery import NOTHING_HELD, Action, decide, held
@@ -77,15 +78,32 @@ class Correlate:
 
         from models.operator import AnnotationRecord
 
-        rt = self.rt
-        async for event in stream.events():
+        rt, state = self.rt, self.state
+
+        async def forward(value: bytes | None, event: Any) -> None:
             try:
-                rec = AnnotationRecord.model_validate_json(event.value)
+                rec = AnnotationRecord.model_validate_json(value or b"")
             except ValidationError as exc:
                 await rt.dead_letter(dead_letter_of("forward_annotations", ValidationFailed,
                                                     f"not an annotation: {exc.errors()[0]['msg']}", event))
-                continue
+                return
             await rt.send(rt.topics.anomalies, rec.job_id.encode(), rec.model_dump_json().encode())
+
+        async for event in stream.events():
+            m = event.message
+            state.stalls.delivered(f"{m.topic}:{m.partition}", time.monotonic())
+            # Records Faust lost around a rebalance are read from the broker and forwarded first; one
+            # delivered again is forwarded already (agents.gaps.in_order).
+            hole = await in_order(state.relay_last_offset, m.topic, m.partition, m.offset,
+                                  rt.offsets.read_hole if rt.offsets is not None else None)
+            if hole is None:
+                state.redelivered += 1
+                continue
+            for r in hole:
+                await forward(r.value, r)
+            if hole and rt.offsets is not None:
+                rt.offsets.ack(hole)
+            await forward(event.value, event)
 
     async def tick(self) -> None:
         """Advance every partition as wall time passes (idle inputs drop out of the watermark)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, TypeVar
 
 from agents.kafka import client_kwargs
@@ -62,6 +62,38 @@ def expected_next(last_processed: int | None, committed: int | None) -> int | No
     if last_processed is not None:
         return last_processed + 1
     return committed
+
+
+async def in_order(last: MutableMapping[str, int], topic: str, partition: int, offset: int | None,
+                   read_hole: Callable[[str, int, int | None, int | None], Awaitable[list[Any]]] | None
+                   ) -> list[Any] | None:
+    """For an agent whose only partition state is the last offset it handled (the convert agents,
+    ``forward_annotations``): None when the record at ``offset`` was handled already (delivered again by a
+    seek back to the commit or a stall re-read: skip it), else the records Faust lost before it, read with
+    ``read_hole`` (:meth:`agents.offsets.Offsets.read_hole`; None without a broker), to handle first (and
+    acknowledge). ``last`` (``topic:partition`` -> offset) is then moved to ``offset``; the caller drops a
+    partition's entry when it is revoked.
+
+    >>> import asyncio
+    >>> last = {"t:0": 9}
+    >>> async def hole(topic, partition, last_offset, first):
+    ...     return list(range(last_offset + 1, first))
+    >>> asyncio.run(in_order(last, "t", 0, 5, hole)), last
+    (None, {'t:0': 9})
+    >>> asyncio.run(in_order(last, "t", 0, 13, hole)), last
+    ([10, 11, 12], {'t:0': 13})
+    >>> asyncio.run(in_order(last, "t", 1, 0, None)), last
+    ([], {'t:0': 13, 't:1': 0})
+    """
+    origin = f"{topic}:{partition}"
+    before = last.get(origin)
+    if offset is None:
+        return []
+    if before is not None and offset <= before:
+        return None
+    hole = await read_hole(topic, partition, before, offset) if read_hole is not None else []
+    last[origin] = offset
+    return hole
 
 
 def catch_up_until(snapshot_offset: int, committed: int | None, first: int) -> int:

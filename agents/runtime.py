@@ -84,11 +84,13 @@ class WorkerState:
     resume_skipped: int = 0
     resume_caught_up: int = 0
     redelivered: int = 0  # messages delivered again at or before the offset already processed (skipped)
-    #: when each assigned input partition (telemetry, anomalies, carriers) last delivered (see agents.stalls)
+    #: when each assigned input partition (telemetry, anomalies, carriers, annotations) last delivered
+    #: (see agents.stalls)
     stalls: StallWatch = field(default_factory=StallWatch)
-    #: the last offset the convert agents converted per carrier partition (``topic:partition``; the
-    #: :class:`agents.carriers.CarrierPartitions` of this worker): what the stall watch re-reads after
-    carrier_last_offset: dict[str, int] = field(default_factory=dict)
+    #: the last offset handled per partition (``topic:partition``) of the agents whose partition state is
+    #: that alone: the convert agents (the same dict as their :class:`agents.carriers.CarrierPartitions`)
+    #: and ``forward_annotations`` (:func:`agents.gaps.in_order`); what the stall watch re-reads after
+    relay_last_offset: dict[str, int] = field(default_factory=dict)
     ingested_messages: int = 0
     ingested_samples: int = 0
     #: input partition -> offsets that raised alone (dead-lettered): a rebuild's catch-up skips them
@@ -105,16 +107,17 @@ class WorkerState:
         return self.pipelines.get(f"{topic}:{partition}")
 
     def last_processed(self, topic: str, partition: int) -> int | None:
-        """The last offset of ``topic:partition`` this worker processed (an ingest, correlation or carrier
-        partition it owns), or None."""
+        """The last offset of ``topic:partition`` this worker processed (an ingest, correlation, carrier or
+        annotations partition it owns), or None."""
         owner = self.owner_of(topic, partition)
         if owner is not None:
             return owner.last_offset
-        return self.carrier_last_offset.get(f"{topic}:{partition}")
+        return self.relay_last_offset.get(f"{topic}:{partition}")
 
     def forget(self, topic: str, partition: int) -> None:
         """A partition left this worker (a rebalance): its state goes; the next owner restores a snapshot."""
         name = f"{topic}:{partition}"
+        self.relay_last_offset.pop(name, None)
         pipe = self.pipelines.pop(name, None)
         if pipe is not None:
             pipe.release()  # its rows of the shared detector bank: reused once no batch holds the pipeline

@@ -170,3 +170,29 @@ def test_a_hole_in_the_offsets_handed_to_convert_is_converted_first(settings: Lo
     assert converted == [T0 + k for k in range(30)]  # every scrape, once, the hole's before offsets 20..29
     assert filled == 1 and messages == 30
     assert commit == 30  # the hole was acknowledged: the group commit passed it
+
+
+def test_a_hole_in_the_offsets_handed_to_forward_annotations_is_forwarded_first(settings: LockstepSettings) -> None:
+    """The operators' annotations (the API's topic) reach correlation whole and in order across Faust's holes."""
+    from lockstep.replay import read_topic
+
+    cat = TopicCatalogue(settings)
+    topic = cat.annotations
+
+    def last(worker: Worker) -> int | None:
+        return worker.state.relay_last_offset.get(f"{topic}:0") if worker.state is not None else None
+
+    async def forwarded(worker: Worker) -> tuple[list[str], float]:
+        await worker.flush()
+        ids = [r["annotation_id"] for r in await read_topic(settings, settings.kafka_bootstrap_servers or "",
+                                                             cat.anomalies) if r.get("type") == "annotation"]
+        return ids, counter(worker, "lockstep_input_gaps_total", topic=topic, outcome="filled")
+
+    def operator_annotation(k: int) -> bytes:  # as the API writes it (models.operator.AnnotationRecord)
+        return orjson.dumps({"type": "annotation", "annotation_id": f"a{k}", "job_id": "j1", "ts": T0 + k,
+                             "kind": "change", "text": f"change {k}", "created_at": T0})
+
+    (ids, filled), commit = asyncio.run(with_hole(settings, topic, operator_annotation, last, forwarded))
+    assert ids == [f"a{k}" for k in range(30)]  # every annotation once, the hole's before a20..a29
+    assert filled == 1
+    assert commit == 30
