@@ -74,6 +74,10 @@ async def in_order(last: MutableMapping[str, int], topic: str, partition: int, o
     acknowledge). ``last`` (``topic:partition`` -> offset) is then moved to ``offset``; the caller drops a
     partition's entry when it is revoked.
 
+    Offsets alone decide. A topic deleted and recreated under a running worker is not told apart here
+    (ingest and correlate compare the record's Kafka time for that: :func:`agents.recovery.held`): its new
+    records up to the old offset would be skipped until the partition is reassigned or the worker restarts.
+
     >>> import asyncio
     >>> last = {"t:0": 9}
     >>> async def hole(topic, partition, last_offset, first):
