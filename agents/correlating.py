@@ -94,15 +94,10 @@ class Correlate:
             state.stalls.delivered(f"{m.topic}:{m.partition}", time.monotonic())
             # Records Faust lost around a rebalance are read from the broker and forwarded first; one
             # delivered again is forwarded already (agents.gaps.in_order).
-            hole = await in_order(state.relay_last_offset, m.topic, m.partition, m.offset,
-                                  rt.offsets.read_hole if rt.offsets is not None else None)
-            if hole is None:
+            if not await in_order(state.relay_last_offset, m.topic, m.partition, m.offset, rt.offsets,
+                                  lambda r: forward(r.value, r)):
                 state.redelivered += 1
                 continue
-            for r in hole:
-                await forward(r.value, r)
-            if hole and rt.offsets is not None:
-                rt.offsets.ack(hole)
             await forward(event.value, event)
 
     async def tick(self) -> None:

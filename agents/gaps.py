@@ -25,10 +25,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents.kafka import client_kwargs
 from models.settings import LockstepSettings
+
+if TYPE_CHECKING:
+    from agents.offsets import Offsets
 
 log = logging.getLogger("lockstep.agents")
 
@@ -65,39 +68,49 @@ def expected_next(last_processed: int | None, committed: int | None) -> int | No
 
 
 async def in_order(last: MutableMapping[str, int], topic: str, partition: int, offset: int | None,
-                   read_hole: Callable[[str, int, int | None, int | None], Awaitable[list[Any]]] | None
-                   ) -> list[Any] | None:
+                   offsets: Offsets | None, handle: Callable[[Any], Awaitable[None]]) -> bool:
     """For an agent whose only partition state is the last offset it handled (the convert agents,
-    ``forward_annotations``): None when the record at ``offset`` was handled already (delivered again by a
-    seek back to the commit or a stall re-read: skip it), else the records Faust lost before it, read with
-    ``read_hole`` (:meth:`agents.offsets.Offsets.read_hole`; None without a broker), to handle first (and
-    acknowledge). ``last`` (``topic:partition`` -> offset) is then moved to ``offset``; the caller drops a
-    partition's entry when it is revoked.
+    ``forward_annotations``), before it handles the record at ``offset``: False when that record was
+    handled already (delivered again by a seek back to the commit or a stall re-read: skip it); else True,
+    once the records Faust lost before it were read from the broker (:meth:`agents.offsets.Offsets.read_hole`;
+    nothing without a broker, ``offsets`` None), handed to ``handle`` in offset order and acknowledged.
+    ``last`` (``topic:partition`` -> offset) is then at ``offset``; the caller drops a partition's entry
+    when it is revoked.
 
     Offsets alone decide. A topic deleted and recreated under a running worker is not told apart here
     (ingest and correlate compare the record's Kafka time for that: :func:`agents.recovery.held`): its new
     records up to the old offset would be skipped until the partition is reassigned or the worker restarts.
 
     >>> import asyncio
-    >>> last = {"t:0": 9}
-    >>> async def hole(topic, partition, last_offset, first):
-    ...     return list(range(last_offset + 1, first))
-    >>> asyncio.run(in_order(last, "t", 0, 5, hole)), last
-    (None, {'t:0': 9})
-    >>> asyncio.run(in_order(last, "t", 0, 13, hole)), last
-    ([10, 11, 12], {'t:0': 13})
-    >>> asyncio.run(in_order(last, "t", 1, 0, None)), last
-    ([], {'t:0': 13, 't:1': 0})
+    >>> class Hole:
+    ...     acked = []
+    ...     async def read_hole(self, topic, partition, last_offset, first):
+    ...         return list(range(last_offset + 1, first))
+    ...     def ack(self, records):
+    ...         self.acked += records
+    >>> last, handled, hole = {"t:0": 9}, [], Hole()
+    >>> async def handle(record):
+    ...     handled.append(record)
+    >>> asyncio.run(in_order(last, "t", 0, 5, hole, handle)), last, handled
+    (False, {'t:0': 9}, [])
+    >>> asyncio.run(in_order(last, "t", 0, 13, hole, handle)), last, handled, hole.acked
+    (True, {'t:0': 13}, [10, 11, 12], [10, 11, 12])
+    >>> asyncio.run(in_order(last, "t", 1, 0, None, handle)), last
+    (True, {'t:0': 13, 't:1': 0})
     """
+    if offset is None:
+        return True
     origin = f"{topic}:{partition}"
     before = last.get(origin)
-    if offset is None:
-        return []
     if before is not None and offset <= before:
-        return None
-    hole = await read_hole(topic, partition, before, offset) if read_hole is not None else []
+        return False
+    if offsets is not None:
+        hole = await offsets.read_hole(topic, partition, before, offset)
+        for record in hole:
+            await handle(record)
+        offsets.ack(hole)
     last[origin] = offset
-    return hole
+    return True
 
 
 def catch_up_until(snapshot_offset: int, committed: int | None, first: int) -> int:
