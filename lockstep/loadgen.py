@@ -281,14 +281,17 @@ async def produce(settings: Any, bootstrap: str, spec: LoadSpec, *, rate: float 
                   scrapes: int | None = None, seconds: float | None = None, stop: asyncio.Event | None = None,
                   inventory: bool = True, on_scrape: Callable[[int, float, float], None] | None = None,
                   first_scrape: int = 0,
-                  placed: Callable[[str, int, int, int], None] | None = None) -> dict[str, Any]:
+                  placed: Callable[[str, int, int, int], None] | None = None,
+                  hold: asyncio.Event | None = None) -> dict[str, Any]:
     """Produce the generated cluster to the telemetry topics (inventory first).
 
     ``rate``: samples/s (None: as fast as the producer takes them). Stops after ``scrapes`` scrapes,
     ``seconds`` of wall time, or when ``stop`` is set. ``on_scrape(k, event_ts, acked_wall)`` is called
     once every message of scrape ``k`` has been acknowledged by the broker. ``placed(topic, partition,
     offset, samples)`` is called for every telemetry message once all are acknowledged (where the broker
-    put it, and how many samples it holds: a bench counts the samples behind a committed offset).
+    put it, and how many samples it holds: a bench counts the samples behind a committed offset). While
+    ``hold`` is set, nothing is sent (input that pauses: the scrapes resume where they stopped, at
+    ``rate`` with no burst to catch up; neither ``seconds`` nor the returned seconds count the pause).
     """
     from agents.kafka import start_producer
     from agents.topics import TopicCatalogue
@@ -316,6 +319,11 @@ async def produce(settings: Any, bootstrap: str, spec: LoadSpec, *, rate: float 
                 break
             if stop is not None and stop.is_set():
                 break
+            if hold is not None and hold.is_set():
+                held = time.monotonic()
+                while hold.is_set() and not (stop is not None and stop.is_set()):
+                    await asyncio.sleep(0.05)
+                wall0 += time.monotonic() - held  # the rate resumes from here, no burst to catch up
             futures = []
             for layer, key, value, n in gen.counted_messages(k):
                 fut = await producer.send(topics[layer], value, key=key)

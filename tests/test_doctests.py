@@ -20,7 +20,7 @@ EXTRA = ["lockstep.render", "lockstep.safetext", "lockstep.commands.tail", "lock
          "agents.snapshots", "agents.remote_write", "agents.offsets",
          "agents.carriers", "agents.gaps", "agents.stalls", "agents.topics", "agents.transport",
          "lockstep.commands.bench", "benchmarks.lockbench", "benchmarks.cpulimit", "benchmarks.ablated_worker",
-         "benchmarks.soak"]
+         "benchmarks.soak", "benchmarks.chaos"]
 
 
 def modules() -> list[str]:

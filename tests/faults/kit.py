@@ -126,7 +126,7 @@ async def end_offsets(settings: LockstepSettings, topics: list[str]) -> dict[tup
     from agents.gaps import true_ends
 
     tps = [TopicPartition(t, p) for t in topics for p in range(settings.partitions)]
-    ends = await true_ends(settings, settings.kafka_bootstrap_servers, tps)  # Tansu's ListOffsets can be short
+    ends = await true_ends(settings, settings.kafka_bootstrap_servers or "", tps)  # Tansu's ListOffsets can be short
     return {(tp.topic, tp.partition): v for tp, v in ends.items()}
 
 
