@@ -21,20 +21,35 @@ import orjson
 
 from agents.carriers import TOMBSTONE_REASON
 from agents.deadletters import dead_letter_of
-from agents.gaps import in_order
+from agents.gaps import IncompleteRead, in_order
 from agents.lane import BatchLane
 from agents.offsets import facts
-from agents.recovery import NOTHING_HELD, Action, decide, held
+from agents.recovery import NOTHING_HELD, Action, alert_key, decide, held, unsent
 from agents.runtime import Runtime
 from agents.snapshots import read_snapshot
 from agents.topics import CORRELATOR_STATE_TABLE
 from models.errors import InternalError, ValidationFailed
 from streams.fabric_health import health_records
-from streams.jobs import JobPartition
+from streams.jobs import JobPartition, PartitionResult
 from streams.ledger import LedgerEntry, entry_of
 from streams.snapshot import wall_due
 
 log = logging.getLogger("lockstep.agents")
+
+#: How far before the first caught-up record's Kafka time the ``alerts`` topic is searched for what the
+#: previous owner sent (its clock and the producer's of the ``anomalies`` record may disagree).
+SENT_SEARCH_MARGIN_S = 300.0
+#: Records read at a time while searching the ``alerts`` topic backwards from its end.
+SENT_SEARCH_CHUNK = 500
+
+
+class Decided:
+    """What a state-only fold decided but did not send: its alert records in order, and a Kafka time before
+    which none of them can have been sent (the snapshot's last record's, else the first folded record's)."""
+
+    def __init__(self) -> None:
+        self.alerts: list[dict[str, Any]] = []
+        self.first_ts: float | None = None
 
 
 class Correlate:
@@ -278,32 +293,86 @@ class Correlate:
         elif r.action is Action.REBUILT:
             log.warning("correlation partition %d: %s; processing it whole", partition, r.why)
         elif r.action is Action.CATCH_UP and r.start is not None and r.stop is not None:
-            n = await self.fold_range(corr, partition, r.start, r.stop, outputs=False)
+            decided = Decided()
+            decided.first_ts = corr.last_record_ts  # the snapshot's last record: what came after went out after it
+            n = await self.fold_range(corr, partition, r.start, r.stop, outputs=False, decided=decided)
             log.info("correlation partition %d: restored state caught up over offsets %d..%d (%d records, state "
                      "only)", partition, r.start, r.stop - 1, n)
+            if decided.alerts:
+                await self.send_unsent(partition, decided)
         return True
 
+    async def send_unsent(self, partition: int, decided: Decided) -> None:
+        """Send the alerts a state-only catch-up decided that the ``alerts`` topic does not hold
+        (agents.recovery.unsent: the previous owner's verdicts on the same records can differ, the
+        watermark moving on wall time too)."""
+        sent: set[tuple[str, str, str]] | None
+        try:
+            sent = await self.sent_alerts(None if decided.first_ts is None else decided.first_ts - SENT_SEARCH_MARGIN_S)
+        except Exception as exc:  # unknown: send them all (delivery's ledger drops a duplicate; nothing finds a loss)
+            log.warning("correlation partition %d: the alerts topic could not be read (%r); sending again the %d "
+                        "alert records the catch-up decided", partition, exc, len(decided.alerts))
+            sent = None
+        missing = unsent(decided.alerts, sent)
+        for alert in missing:
+            log.warning("correlation partition %d: alert %s %s %s (started %s) was decided while catching up and "
+                        "never sent by the previous owner; sending it now", partition, alert["status"],
+                        alert["type"], alert["alert_id"], alert["started_at"])
+            self.metrics.alerts_recovered.labels(alert["type"], alert["status"]).inc()
+        if missing:
+            await self.emit_results(PartitionResult(alerts=missing))
+
+    async def sent_alerts(self, since: float | None) -> set[tuple[str, str, str]]:
+        """:func:`agents.recovery.alert_key` of the ``alerts`` records written at or after Kafka time ``since``
+        (every one when None), read backwards from each partition's end."""
+        offsets = self.rt.offsets
+        assert offsets is not None
+        topic = self.rt.catalogue.alerts
+        out: set[tuple[str, str, str]] = set()
+        for p in range(self.rt.settings.alerts_partitions):
+            hi = await offsets.ranges.end(topic, p)
+            if hi is None:
+                raise IncompleteRead(topic, p, 0, 0, [])
+            while hi > 0:
+                lo = max(0, hi - SENT_SEARCH_CHUNK)
+                records = await offsets.ranges.read(topic, p, lo, hi, max_records=SENT_SEARCH_CHUNK)
+                for m in records:
+                    try:
+                        rec = orjson.loads(m.value or b"")
+                    except orjson.JSONDecodeError:
+                        continue
+                    if isinstance(rec, dict):
+                        out.add(alert_key(rec))
+                if since is not None and records and records[0].timestamp / 1000.0 < since:
+                    break
+                hi = lo
+        return out
+
     async def fold_range(self, corr: JobPartition, partition: int, start: int, stop: int,
-                         outputs: bool = True) -> int:
+                         outputs: bool = True, decided: Decided | None = None) -> int:
         """Correlate offsets ``[start, stop)`` of an ``anomalies`` partition; emit what they produce unless
-        ``outputs`` is False (state only: their outputs went out before). Returns the records folded in."""
+        ``outputs`` is False (state only: their outputs went out before; the alerts are kept in ``decided``).
+        Returns the records folded in."""
         offsets = self.rt.offsets
         if offsets is None:
             return 0
         n = 0
         try:
             async for records in offsets.ranges.chunks(self.rt.catalogue.anomalies, partition, start, stop):
-                n += await self.fold(corr, records, outputs)
+                n += await self.fold(corr, records, outputs, decided)
         except Exception:
             log.exception("correlation partition %d: correlating %d..%d failed after %d records", partition, start,
                           stop - 1, n)
         return n
 
-    async def fold(self, corr: JobPartition, records: list[Any], outputs: bool) -> int:
+    async def fold(self, corr: JobPartition, records: list[Any], outputs: bool, decided: Decided | None = None) -> int:
         """Fold records read around Faust into ``corr``, emitting what they produce when ``outputs`` (and then
-        dead-lettering the ones it cannot use; state only, they were dead-lettered when first read)."""
+        dead-lettering the ones it cannot use; state only, they were dead-lettered when first read, and the
+        alerts they decide are kept in ``decided``)."""
         n = 0
         for m in records:
+            if decided is not None and decided.first_ts is None and m.timestamp is not None:
+                decided.first_ts = m.timestamp / 1000.0
             if m.value is None:
                 if outputs:
                     await self.rt.dead_letter(dead_letter_of("correlate", ValidationFailed, TOMBSTONE_REASON, m))
@@ -318,4 +387,6 @@ class Correlate:
             n += 1
             if outputs:
                 await self.emit_results(res)
+            elif decided is not None:
+                decided.alerts += res.alerts
         return n

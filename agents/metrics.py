@@ -36,6 +36,9 @@ class WorkerMetrics:
                             registry=r)
         self.alerts = Counter("lockstep_alerts_total", "Alert records emitted", ["type", "severity", "status"],
                               registry=r)
+        self.alerts_recovered = Counter(
+            "lockstep_alerts_recovered_total", "Alert records a restored correlation partition's catch-up decided "
+            "that the previous owner never sent (sent then; agents.recovery.unsent)", ["type", "status"], registry=r)
         self.inhibited = Counter("lockstep_alerts_inhibited_total",
                                  "Symptom alerts not emitted because a cause alert inhibits them", ["type"], registry=r)
         self.stage_seconds = Histogram(

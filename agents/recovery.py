@@ -21,8 +21,10 @@ tests are in tests/agents/test_recovery.py.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from agents.gaps import catch_up_until
 
@@ -231,3 +233,44 @@ def held(offset: int | None, last_offset: int | None, same_topic: bool | None, t
     if same_topic is not None:
         return same_topic
     return ts is None or last_ts is None or ts <= last_ts
+
+
+def alert_key(alert: Mapping[str, Any]) -> tuple[str, str, str]:
+    """What tells one alert record from another on the ``alerts`` topic: its id (the cause on the job), its
+    status and its episode's start.
+
+    >>> alert_key({"alert_id": "a1", "status": "firing", "started_at": "2025-11-30T11:40:48.000Z", "x": 1})
+    ('a1', 'firing', '2025-11-30T11:40:48.000Z')
+    """
+    return str(alert.get("alert_id")), str(alert.get("status")), str(alert.get("started_at"))
+
+
+def unsent(decided: list[dict[str, Any]], sent: set[tuple[str, str, str]] | None) -> list[dict[str, Any]]:
+    """The alert records a state-only catch-up decided (``decided``, in order) that the ``alerts`` topic does
+    not hold (``sent``: :func:`alert_key` of what it holds from before the caught-up records on; None: it
+    could not be read, and every one is sent again, since a duplicate is dropped by delivery's ledger and a
+    lost page is not recovered by anything).
+
+    A catch-up reads the records the previous owner processed, so its alerts went out then, when its
+    verdicts were the same. They need not be: the watermark also moves on wall time (an input whose
+    worker fell silent holds it for ``orphan_hold_s``, one reported idle does not), and a catch-up folds
+    minutes of records in milliseconds. Seen in a chaos run (benchmarks/chaos.py): the previous owner
+    held the watermark for a dead worker's inputs and never fired; the new owner's catch-up found them
+    idle, fired state-only, and later resolved an alert nobody had been paged for.
+
+    >>> a = {"alert_id": "a1", "status": "firing", "started_at": "t0"}
+    >>> r = {**a, "status": "resolved"}
+    >>> unsent([a, r], {("a1", "firing", "t0")}) == [r]
+    True
+    >>> unsent([a, r], set()) == [a, r], unsent([a], None) == [a], unsent([a], {alert_key(a)})
+    (True, True, [])
+    """
+    if sent is None:
+        return list(decided)
+    out: list[dict[str, Any]] = []
+    for alert in decided:
+        key = alert_key(alert)
+        if key not in sent:
+            out.append(alert)
+            sent.add(key)  # a state decided twice in the catch-up is sent once
+    return out
