@@ -59,7 +59,7 @@ from typing import Any
 import orjson
 
 from benchmarks.lockbench import Bench, TopicNames
-from benchmarks.soak import schedule
+from benchmarks.soak import add_load_arguments, schedule
 
 #: The actions and their weights.
 ACTIONS: dict[str, int] = {"kill": 4, "term": 2, "join": 1, "leave": 1, "pause": 2}
@@ -334,11 +334,8 @@ async def chaos(minutes: float, rate: float, gpus: int, incident_every_s: float,
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--minutes", type=float, default=10.0)
-    p.add_argument("--rate", type=float, default=10_000.0, help="samples/s (default 10,000)")
-    p.add_argument("--gpus", type=int, default=256)
+    add_load_arguments(p, minutes=10.0, rate=10_000.0, gpus=256, incident_every=60.0)
     p.add_argument("--nodes-per-job", type=int, default=4, help="nodes a job (8 GPUs a node; default 4)")
-    p.add_argument("--incident-every", type=float, default=60.0, help="seconds of wall time between incidents")
     p.add_argument("--every", type=float, default=30.0, help="mean seconds between actions")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--max-workers", type=int, default=3)

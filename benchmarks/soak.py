@@ -224,12 +224,19 @@ def summarise(minutes: float, rate: float, gpus: int, incident_every_s: float, r
                          and per_incident and ok_alerts)}
 
 
+def add_load_arguments(p: argparse.ArgumentParser, *, minutes: float, rate: float, gpus: int,
+                       incident_every: float) -> None:
+    """The live load's options of a soak or a chaos run (benchmarks.chaos), with these defaults."""
+    p.add_argument("--minutes", type=float, default=minutes)
+    p.add_argument("--rate", type=float, default=rate, help=f"samples/s (default {rate:,.0f})")
+    p.add_argument("--gpus", type=int, default=gpus)
+    p.add_argument("--incident-every", type=float, default=incident_every,
+                   help="seconds of wall time between incidents")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--minutes", type=float, default=30.0)
-    p.add_argument("--rate", type=float, default=25_000.0, help="samples/s (default 25,000)")
-    p.add_argument("--gpus", type=int, default=1024)
-    p.add_argument("--incident-every", type=float, default=120.0, help="seconds of wall time between incidents")
+    add_load_arguments(p, minutes=30.0, rate=25_000.0, gpus=1024, incident_every=120.0)
     p.add_argument("--settle", type=float, default=90.0,
                    help="seconds to wait after the last scrape for the last incidents to fire and resolve")
     p.add_argument("--output", type=Path, default=Path("benchmarks/results/soak.json"))
