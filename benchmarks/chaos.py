@@ -260,6 +260,8 @@ async def chaos(minutes: float, rate: float, gpus: int, incident_every_s: float,
                        and not (a == "leave" and len(alive) <= 1)
                        and not (a in ("kill", "term", "leave") and not alive)
                        and not (a == "pause" and paced.held.is_set())]
+            if not choices:  # every worker between a stop and its restart, the input held, no room to join
+                return
             what = rng.choices(choices, weights=[ACTIONS[a] for a in choices])[0]
             if what == "join":
                 slot = group.add()
