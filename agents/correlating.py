@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
@@ -21,7 +22,7 @@ import orjson
 
 from agents.carriers import TOMBSTONE_REASON
 from agents.deadletters import dead_letter_of
-from agents.gaps import IncompleteRead, in_order
+from agents.gaps import in_order
 from agents.lane import BatchLane
 from agents.offsets import facts
 from agents.recovery import NOTHING_HELD, Action, alert_key, decide, held, unsent
@@ -43,13 +44,13 @@ SENT_SEARCH_MARGIN_S = 300.0
 SENT_SEARCH_CHUNK = 500
 
 
+@dataclass
 class Decided:
     """What a state-only fold decided but did not send: its alert records in order, and a Kafka time before
     which none of them can have been sent (the snapshot's last record's, else the first folded record's)."""
 
-    def __init__(self) -> None:
-        self.alerts: list[dict[str, Any]] = []
-        self.first_ts: float | None = None
+    first_ts: float | None = None
+    alerts: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Correlate:
@@ -293,8 +294,7 @@ class Correlate:
         elif r.action is Action.REBUILT:
             log.warning("correlation partition %d: %s; processing it whole", partition, r.why)
         elif r.action is Action.CATCH_UP and r.start is not None and r.stop is not None:
-            decided = Decided()
-            decided.first_ts = corr.last_record_ts  # the snapshot's last record: what came after went out after it
+            decided = Decided(corr.last_record_ts)  # the snapshot's last record: what came after went out after it
             n = await self.fold_range(corr, partition, r.start, r.stop, outputs=False, decided=decided)
             log.info("correlation partition %d: restored state caught up over offsets %d..%d (%d records, state "
                      "only)", partition, r.start, r.stop - 1, n)
@@ -309,10 +309,12 @@ class Correlate:
         sent: set[tuple[str, str, str]] | None
         try:
             sent = await self.sent_alerts(None if decided.first_ts is None else decided.first_ts - SENT_SEARCH_MARGIN_S)
-        except Exception as exc:  # unknown: send them all (delivery's ledger drops a duplicate; nothing finds a loss)
-            log.warning("correlation partition %d: the alerts topic could not be read (%r); sending again the %d "
-                        "alert records the catch-up decided", partition, exc, len(decided.alerts))
+        except Exception as exc:  # IncompleteRead, a broker gone: unknown, as below
+            log.warning("correlation partition %d: reading the alerts topic failed: %r", partition, exc)
             sent = None
+        if sent is None:  # unknown: send them all (delivery's ledger drops a duplicate; nothing finds a loss)
+            log.warning("correlation partition %d: the alerts topic could not be read; sending again the %d alert "
+                        "records the catch-up decided", partition, len(decided.alerts))
         missing = unsent(decided.alerts, sent)
         for alert in missing:
             log.warning("correlation partition %d: alert %s %s %s (started %s) was decided while catching up and "
@@ -322,9 +324,10 @@ class Correlate:
         if missing:
             await self.emit_results(PartitionResult(alerts=missing))
 
-    async def sent_alerts(self, since: float | None) -> set[tuple[str, str, str]]:
+    async def sent_alerts(self, since: float | None) -> set[tuple[str, str, str]] | None:
         """:func:`agents.recovery.alert_key` of the ``alerts`` records written at or after Kafka time ``since``
-        (every one when None), read backwards from each partition's end."""
+        (every one when None), read backwards from each partition's end; None when a partition's end is
+        unknown (no fetch answered)."""
         offsets = self.rt.offsets
         assert offsets is not None
         topic = self.rt.catalogue.alerts
@@ -332,7 +335,7 @@ class Correlate:
         for p in range(self.rt.settings.alerts_partitions):
             hi = await offsets.ranges.end(topic, p)
             if hi is None:
-                raise IncompleteRead(topic, p, 0, 0, [])
+                return None
             while hi > 0:
                 lo = max(0, hi - SENT_SEARCH_CHUNK)
                 records = await offsets.ranges.read(topic, p, lo, hi, max_records=SENT_SEARCH_CHUNK)

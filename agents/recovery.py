@@ -267,10 +267,11 @@ def unsent(decided: list[dict[str, Any]], sent: set[tuple[str, str, str]] | None
     """
     if sent is None:
         return list(decided)
+    seen = set(sent)
     out: list[dict[str, Any]] = []
     for alert in decided:
         key = alert_key(alert)
-        if key not in sent:
+        if key not in seen:
             out.append(alert)
-            sent.add(key)  # a state decided twice in the catch-up is sent once
+            seen.add(key)  # a state decided twice in the catch-up is sent once
     return out

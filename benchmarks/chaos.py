@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import os
 import random
@@ -359,8 +358,6 @@ def main() -> None:
           f"{out['incidents_resolved']} resolved; episodes fired twice {out['episodes_fired_twice']}, unexpected "
           f"{out['unexpected_episodes']}; lag "
           f"{out['lag_messages']}; pass={out['pass']}; wrote {args.output}")
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
     sys.exit(0 if out["pass"] else 1)
 
 
