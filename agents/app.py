@@ -181,7 +181,7 @@ def build_app(
 
 def _faust_app(settings: LockstepSettings, bootstrap: str, loop: asyncio.AbstractEventLoop | None) -> LockstepApp:
     """The Faust app with Lockstep's transport and the client settings that matter (docs/architecture.md)."""
-    session = settings.kafka_session_timeout_s or (10.0 if settings.embedded_broker else 30.0)
+    session = settings.session_timeout_s
     servers = [b.strip() for b in bootstrap.split(",") if b.strip()]
     app = LockstepApp(
         settings.app_id,

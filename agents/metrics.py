@@ -66,6 +66,9 @@ class WorkerMetrics:
                             ["topic", "outcome"], registry=r)
         self.broker_up = Gauge("lockstep_broker_up", "1 while the broker answers the worker's metadata probe",
                                registry=r)
+        self.group_wait = Gauge("lockstep_group_wait_seconds", "Seconds this worker has waited for its consumer "
+                                "group to assign it partitions, at start or in a rebalance (0 while it holds an "
+                                "assignment)", registry=r)
         self.batch_retries = Counter("lockstep_ingest_batch_retries_total",
                                      "Ingest batches that raised and were retried message by message",
                                      ["topic"], registry=r)

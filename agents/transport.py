@@ -70,6 +70,28 @@ def lanes_of(app: Any) -> tuple[Any, ...]:
 
 
 class FetchTunedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread with the fetch wait of the settings, fetched end offsets checked, rewinds,
+    and a stop that does not wait for a join that does not end.
+
+    aiokafka's consumer, stopping, lets its group coordination finish first, and the coordination does not
+    look at the stop while it (re)joins: a group that never completes a rebalance (a member made leader
+    that never hands out the assignment: tests/faults/test_group_wait.py) kept a worker asked to stop
+    waiting until it was killed. :meth:`on_thread_stop` abandons such a join first."""
+
+    async def on_thread_stop(self) -> None:
+        consumer = self._consumer
+        coordinator = getattr(consumer, "_coordinator", None)
+        routine = getattr(coordinator, "_coordination_task", None)  # aiokafka 0.10-0.14
+        subscription = getattr(getattr(consumer, "_subscription", None), "subscription", None)
+        if (routine is not None and not routine.done() and subscription is not None
+                and coordinator is not None and coordinator.need_rejoin(subscription)):
+            self.log.warning("stopping while this worker's join of the consumer group has not completed: the join "
+                             "is abandoned")
+            routine.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await routine
+        await super().on_thread_stop()  # (the consumer's stop: its coordinator then leaves the group at once)
+
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
         wait_ms = getattr(self.app, "lockstep_fetch_max_wait_ms", None)

@@ -585,8 +585,13 @@ class WebServer:
         broker = watch.unreachable(time.monotonic()) if watch is not None else None
         if broker is not None:
             reasons["broker"] = broker
+        group_watch = getattr(self.worker, "group", None)  # lockstep.worker.Worker has one (a GroupWatch)
+        group = group_watch.waiting(time.monotonic()) if group_watch is not None else None
+        if group is not None:
+            reasons["group"] = group
         checks = {
             "broker": broker is None,
+            "group": group is None,
             "inventory": self.worker.reader is not None and app is not None,
             "agents": app is not None and app.started and app.state == "running",
             "read_model": self.readmodel.caught_up,
@@ -604,7 +609,8 @@ class WebServer:
     async def _agents_lag(self) -> None:
         """Lag of the Faust consumer on the partitions this worker owns (public consumer API)."""
         app = self.worker.app
-        consumer = getattr(app, "consumer", None) if app is not None else None
+        # (not before the app has started: Faust makes its consumer on first use)
+        consumer = getattr(app, "consumer", None) if app is not None and app.started else None
         if consumer is None:
             return
         with contextlib.suppress(Exception):  # during a rebalance the assignment moves under us

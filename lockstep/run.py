@@ -31,7 +31,7 @@ from lockstep.broker import EmbeddedBroker
 from lockstep.render import render_alert
 from lockstep.replay import message_key
 from lockstep.simulate import SCENARIOS, Scenario, Simulator
-from lockstep.worker import Worker, settle_heap
+from lockstep.worker import Worker, settle_heap, start_unless_stopped
 from models.inventory import inventory_adapter, inventory_key
 from models.settings import LockstepSettings
 from models.timeutil import format_ts
@@ -221,7 +221,9 @@ async def run(settings: LockstepSettings, *, scenario: str = "seed-incident", sp
             settings = settings.model_copy(update={"web_port": 0})
         settings, token = demo_token(settings)
         worker = Worker(settings, bootstrap, serve_web=True)
-        await worker.start()
+        if not await start_unless_stopped(worker, stop):
+            out.write("lockstep: stopped during start-up\n")
+            return 0
         settle_heap(settings.gc_young_threshold)
         out.write(f"lockstep: worker up; simulating {len(sim.nodes)} nodes x {sim.cluster.gpus_per_node} GPUs, "
                   f"{len(sim.cluster.jobs)} jobs; scenario {scenario} at {speed:g}x ({sc.description})\n")

@@ -22,7 +22,7 @@ from agents.kafka import client_kwargs, start_producer
 from agents.metrics import WorkerMetrics
 from agents.topics import TopicCatalogue
 from models.settings import LockstepSettings
-from streams.health import BrokerWatch
+from streams.health import BrokerWatch, GroupWatch, describe_group
 from streams.inventory import InventoryIndex
 
 log = logging.getLogger("lockstep.worker")
@@ -76,6 +76,10 @@ class Worker:
         #: whether the broker answers (streams.health), from the probe task started in start()
         self.broker = BrokerWatch()
         self._probe: asyncio.Task[None] | None = None
+        #: how long the consumer group has kept this worker waiting for partitions (streams.health): the
+        #: ``group`` readiness check, ``lockstep_group_wait_seconds`` and a log line with the group's state
+        self.group = GroupWatch(settings.group_wait_warn_after_s, now=time.monotonic())
+        self._group_task: asyncio.Task[None] | None = None
 
     @property
     def web_url(self) -> str | None:
@@ -89,7 +93,13 @@ class Worker:
         await self._dlq_producer.send_and_wait(self.catalogue.dlq, orjson.dumps(record))
 
     async def start(self) -> None:
-        """Load the inventory to its end, then start the agents; return once they consume."""
+        """Load the inventory to its end, then start the agents; return once they consume (the consumer
+        group assigned this worker its partitions).
+
+        The HTTP server (when ``serve_web``), the broker probe and the group watch start before the agents,
+        so that a worker the group keeps waiting answers ``/healthz``, says why it is not ready on
+        ``/readyz`` and logs the group's state (:meth:`_watch_group`). Cancelling this (a stop during
+        start-up) leaves a worker that :meth:`stop` stops."""
         self.reader = InventoryReader(self.settings, self.bootstrap, self.catalogue.inventory, self.inventory,
                                       self._inventory_dead_letter)
         await self.reader.load()
@@ -109,16 +119,59 @@ class Worker:
             expected_origins=self.expected_origins, on_finished=self.on_finished, rules=self.rules,
             loop=asyncio.get_running_loop())
         self.app.finalize()
-        await self.app.start()
-        self.reader.follow()
-        self.silences.follow()
+        self.app.on_partitions_revoked.connect(self._on_revoked)
+        self.app.on_partitions_assigned.connect(self._on_assigned)
         self._probe = asyncio.ensure_future(self._probe_broker())
+        self._group_task = asyncio.ensure_future(self._watch_group())
         if self.serve_web:
             from agents.web import WebServer
 
             self.web = WebServer(self)
             await self.web.start()
+        await self.app.start()
+        self.reader.follow()
+        self.silences.follow()
         log.info("worker %s consuming from %s", self.settings.app_id, self.bootstrap)
+
+    async def _on_revoked(self, sender: Any, /, *args: Any, **kwargs: Any) -> None:
+        self.group.revoked(time.monotonic())
+
+    async def _on_assigned(self, sender: Any, /, *args: Any, **kwargs: Any) -> None:
+        line = self.group.assigned(time.monotonic())
+        self.metrics.group_wait.set(0)
+        if line is not None:
+            log.warning("%s", line)
+
+    async def _watch_group(self, every_s: float = 1.0) -> None:
+        """Every ``every_s``: ``lockstep_group_wait_seconds``, and while the group keeps this worker waiting
+        past ``group_wait_warn_s``, a warning with the group's state as the broker describes it (once, then
+        every minute). Nothing else says it: the Kafka client retries its join and sync quietly."""
+        while True:
+            now = time.monotonic()
+            self.metrics.group_wait.set(self.group.wait_s(now))
+            line = self.group.overdue(now)
+            if line is not None:
+                log.warning("%s; %s (docs/operations.md, 'A worker waits for its group')", line,
+                            await self._describe_group())
+            await asyncio.sleep(every_s)
+
+    async def _describe_group(self, timeout_s: float = 10.0) -> str:
+        """The consumer group as the broker describes it (DescribeGroups), in one line for the log."""
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(**client_kwargs(self.settings, self.bootstrap))
+        try:
+            await asyncio.wait_for(admin.start(), timeout_s)
+            answer = await asyncio.wait_for(admin.describe_consumer_groups([self.settings.app_id]), timeout_s)
+            _error, _group, state, _type, protocol, members = answer[0].groups[0][:6]
+            return describe_group(state, protocol, [(m[0], m[1], m[2], bool(m[4])) for m in members])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return f"the broker did not describe the group: {_short_error(exc)}"
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
 
     async def _probe_broker(self) -> None:
         """Ask the broker for its metadata every ``broker_probe_interval_s`` (a new connection each time, as
@@ -150,10 +203,11 @@ class Worker:
             await asyncio.sleep(interval)
 
     async def stop(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._probe
+        for task in (self._probe, self._group_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         if self.web is not None:
             await self.web.stop()
         if self.app is not None:
@@ -172,6 +226,27 @@ class Worker:
         """Wait until everything the agents produced has been acknowledged by the broker."""
         if self.app is not None:
             await self.app.producer.flush()
+
+
+async def start_unless_stopped(worker: Worker, stop: asyncio.Event) -> bool:
+    """:meth:`Worker.start`, abandoned when ``stop`` is set first (a SIGTERM while the consumer group keeps
+    the worker waiting): True once started, False when abandoned; either way the caller stops ``worker``.
+    Without it a worker asked to stop during a long join ignores the request until the join ends."""
+    starting = asyncio.ensure_future(worker.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if starting.done():
+        starting.result()  # (its error, if it failed)
+        return True
+    log.warning("stop requested during start-up (%.0f s waiting for the consumer group); not starting",
+                worker.group.wait_s(time.monotonic()))
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+    return False
 
 
 def _short_error(exc: BaseException) -> str:

@@ -183,6 +183,12 @@ class LockstepSettings(BaseSettings):
         default=2.0, gt=0, description="How often a worker asks the broker for its metadata; no answer within "
         "twice this makes the worker not ready and logs one line until the broker answers again"
     )
+    group_wait_warn_s: float | None = Field(
+        default=None, ge=1, le=3600, description="A worker that has waited this long for its consumer group to "
+        "assign it partitions (at start or in a rebalance) logs the group's state as the broker describes it, "
+        "every minute until assigned, and is not ready meanwhile; unset: 3x the session timeout (30 s with the "
+        "embedded broker, 90 s otherwise)"
+    )
     job_end_margin_s: float = Field(
         default=10.0, ge=0, description="Evidence this close to a job's start or to the scheduler's end of its "
         "RUNNING span is the job starting or ending: no gpu_utilisation, job_slowdown or job_stalled alert "
@@ -367,3 +373,13 @@ class LockstepSettings(BaseSettings):
     def embedded_broker(self) -> bool:
         """True when no bootstrap servers are configured: Lockstep starts its own broker."""
         return self.kafka_bootstrap_servers is None
+
+    @property
+    def session_timeout_s(self) -> float:
+        """The consumer-group session timeout in force (``kafka_session_timeout_s`` or its default)."""
+        return self.kafka_session_timeout_s or (10.0 if self.embedded_broker else 30.0)
+
+    @property
+    def group_wait_warn_after_s(self) -> float:
+        """``group_wait_warn_s`` in force: set, or 3x the session timeout."""
+        return self.group_wait_warn_s or 3 * self.session_timeout_s

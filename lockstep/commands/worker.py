@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 async def _main(settings: LockstepSettings, create: bool) -> int:
     from agents.topics import create_topics
     from lockstep.broker import EmbeddedBroker
-    from lockstep.worker import Worker, settle_heap
+    from lockstep.worker import Worker, settle_heap, start_unless_stopped
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -43,7 +43,9 @@ async def _main(settings: LockstepSettings, create: bool) -> int:
         if create:
             await create_topics(settings, bootstrap)
         worker = Worker(settings, bootstrap, serve_web=True)
-        await worker.start()
+        if not await start_unless_stopped(worker, stop):
+            print("lockstep worker: stopped during start-up", file=sys.stderr)
+            return 0
         settle_heap(settings.gc_young_threshold)
         print(f"lockstep worker: consuming from {bootstrap} as {settings.app_id}; API and page at "
               f"{worker.web_url}/", file=sys.stderr)

@@ -109,7 +109,7 @@ def test_cors_is_closed_and_every_answer_is_json_with_safe_headers() -> None:
         r = await c.get("/jobs?verbose=1")
         assert r.status == 400 and "unknown query parameter 'verbose'" in (await r.json())["error"]
         r = await c.get("/readyz")
-        assert r.status == 503 and (await r.json())["checks"] == {"broker": True, "inventory": False,
+        assert r.status == 503 and (await r.json())["checks"] == {"broker": True, "group": True, "inventory": False,
                                                                   "agents": False, "read_model": False,
                                                                   "correlation": True}
         page = await c.get("/jobs/j1/timeline", headers={"Accept": "text/html"})

@@ -182,8 +182,8 @@ def test_probes_and_metrics(seed_worker: LiveWorker) -> None:
     assert get(seed_worker.url, "/healthz").json == {"status": "ok"}
     ready = get(seed_worker.url, "/readyz")
     assert ready.status == 200 and ready.json["ready"] is True
-    assert ready.json["checks"] == {"broker": True, "inventory": True, "agents": True, "read_model": True,
-                                    "correlation": True}
+    assert ready.json["checks"] == {"broker": True, "group": True, "inventory": True, "agents": True,
+                                    "read_model": True, "correlation": True}
     assert get(seed_worker.url, f"/jobs/{JOB}").status == 200  # so the route's latency is recorded
     text = get(seed_worker.url, "/metrics", headers={"Accept": "text/plain"}).body.decode()
     cat = TopicCatalogue(seed_worker.settings)
