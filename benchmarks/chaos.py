@@ -47,6 +47,7 @@ import asyncio
 import dataclasses
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -118,6 +119,25 @@ class Group:
     def term(self, slot: Slot) -> None:
         if slot.proc is not None:
             self.bench.stop(slot.proc)
+
+
+def group_waits(logs: dict[str, str]) -> list[dict[str, Any]]:
+    """The waits for the consumer group that went past the worker's threshold (lockstep.worker's warning),
+    from each worker incarnation's log: how often each said so, its first line, and whether it ended.
+
+    >>> said = "WARNING lockstep.worker: no partitions assigned by the consumer group after 31 s; the broker says: x"
+    >>> group_waits({"w0-1": said, "w1-1": "quiet"})
+    [{'worker': 'w0-1', 'said': 1, 'ended': False,
+      'first': 'no partitions assigned by the consumer group after 31 s; the broker says: x'}]
+    """
+    out = []
+    for name, text in sorted(logs.items()):
+        lines = [x.split("lockstep.worker: ", 1)[-1] for x in text.splitlines()
+                 if "no partitions assigned by the consumer group after" in x]
+        if lines:
+            ended = re.search(r"(?<!no )partitions assigned by the consumer group after \d+ s of waiting", text)
+            out.append({"worker": name, "said": len(lines), "ended": ended is not None, "first": lines[0]})
+    return out
 
 
 @dataclass
@@ -324,13 +344,14 @@ async def chaos(minutes: float, rate: float, gpus: int, incident_every_s: float,
     finally:
         bench.stop_all()
         broker.stop()
+    waits = group_waits({p.stem: p.read_text(errors="replace") for p in bench.log_dir.glob("w*-*.log")})
     print("chaos: the fault-free reference run ...", flush=True)
     reference = await asyncio.to_thread(reference_anomalies, spec, scrapes)
     out = verdict(reference, anomalies, alerts, gen.incidents, lag)
     return {"minutes": minutes, "rate": rate, "gpus": gpus, "seed": seed, "carriers": carriers,
             "every_s": every_s, "workers": workers, "max_workers": max_workers, "scrapes": scrapes,
             "produced": produced, "paused_s": round(paced.paused_s, 1), "log_dir": str(bench.log_dir),
-            "actions": actions, "readings": readings, **out}
+            "actions": actions, "readings": readings, "group_waits": waits, **out}
 
 
 def main() -> None:
@@ -358,6 +379,9 @@ def main() -> None:
           f"{out['incidents_resolved']} resolved; episodes fired twice {out['episodes_fired_twice']}, unexpected "
           f"{out['unexpected_episodes']}; lag "
           f"{out['lag_messages']}; pass={out['pass']}; wrote {args.output}")
+    for wait in out["group_waits"]:  # (a worker the consumer group kept waiting: docs/operations.md)
+        print(f"chaos: {wait['worker']} waited for its group past the threshold ({wait['said']} warnings, "
+              f"{'ended' if wait['ended'] else 'never ended'}): {wait['first']}")
     sys.exit(0 if out["pass"] else 1)
 
 
