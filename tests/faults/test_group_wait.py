@@ -101,3 +101,36 @@ def test_a_slow_join_is_said_and_so_is_its_end(broker: EmbeddedBroker, workers: 
     assert re.search(r"^lockstep_group_wait_seconds 0\.0$", metrics, re.M), metrics[:2000]
     w.stop()
     assert w.proc.returncode == 0
+
+
+def test_a_worker_with_nothing_to_own_is_not_waiting(broker: EmbeddedBroker, workers: list[WorkerProcess]) -> None:
+    """More workers than partitions: one partition of everything, one worker owns it, one keeps the standby
+    copies of the state, and the third gets an empty assignment. That is an assignment (the worker stays
+    ready, its wait ended), not a wait for one."""
+    settings = make_settings(broker.bootstrap, partitions=1, carrier_formats="none")
+    asyncio.run(create_topics(settings, broker.bootstrap))
+    env = {"LOCKSTEP_GROUP_WAIT_WARN_S": "1", "LOCKSTEP_CARRIER_FORMATS": "none"}
+
+    async def consuming(w: WorkerProcess) -> bool:
+        return "lockstep worker: consuming" in w.log()
+
+    for name in ("w0", "w1", "w2"):
+        workers.append(WorkerProcess(settings, name, env))
+        assert asyncio.run(wait_until(lambda: consuming(workers[-1]), 90)), workers[-1].log()[-3000:]
+
+    def metrics(w: WorkerProcess) -> str:
+        found = re.search(r"API and page at (http://\S+?)/?\s", w.log())
+        assert found
+        return get(found.group(1), "/metrics", headers={"Accept": "text/plain"}).body.decode()
+
+    async def settled() -> bool:  # (the first two rebalance again as each next one joins)
+        return sum('consumer="agents"' not in metrics(w) for w in workers) == 1
+
+    assert asyncio.run(wait_until(settled, 60)), [metrics(w)[-1500:] for w in workers]
+    idle = next(w for w in workers if 'consumer="agents"' not in metrics(w))
+    time.sleep(2.0)  # past the threshold: an empty assignment is not a wait
+    url = re.search(r"API and page at (http://\S+?)/?\s", idle.log())
+    assert url
+    ready = get(url.group(1), "/readyz").json
+    assert ready["checks"]["group"] is True and "group" not in ready["reasons"], ready
+    assert re.search(r"^lockstep_group_wait_seconds 0\.0$", metrics(idle), re.M)
