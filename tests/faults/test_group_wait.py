@@ -31,7 +31,9 @@ async def join_and_vanish(bootstrap: str, group: str) -> str:
         node = await client.coordinator_lookup(CoordinationType.GROUP, group)
         member = ""
         for _ in range(2):  # the first answer may hand out the member id (MEMBER_ID_REQUIRED, KIP-394)
-            answer = await client.send(node, JoinGroupRequest(group, 60_000, 60_000, member, None, "consumer",
+            # (session 6 s: the embedded broker answers a join after half of it; rebalance timeout 60 s:
+            # what Apache Kafka would wait for this member before dropping it)
+            answer = await client.send(node, JoinGroupRequest(group, 6_000, 60_000, member, None, "consumer",
                                                               [("faust", bytes(10))]))
             member = answer.member_id
             if answer.error_code == 0:
