@@ -176,6 +176,7 @@ def build_app(
     app.lockstep_state = state
     app.lockstep_metrics = metrics
     app.lockstep_runtime = rt
+    app.lockstep_correlate = correlate  # (its tick, for tests that drive the timer themselves)
     return app, state
 
 

@@ -11,6 +11,7 @@ time passes).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -63,6 +64,9 @@ class Correlate:
         #: agents.lane: the anomalies records a fetch at a time (a worker on a broker), or None: the agent's
         #: Faust stream (Faust's test context, ``correlate_lane`` off)
         self.lane: BatchLane | None = None
+        #: one a partition: a record's fold, its outputs and its snapshot, or a tick's, never interleave (a
+        #: snapshot taken while the other path had decided alerts and not yet sent them would hold them)
+        self._turns: dict[int, asyncio.Lock] = {}
 
     # -- the agents -----------------------------------------------------------------------------
     async def run(self, stream: faust.StreamT[bytes]) -> None:
@@ -116,10 +120,26 @@ class Correlate:
                 continue
             await forward(event.value, event)
 
+    def turn(self, partition: int) -> asyncio.Lock:
+        """The partition's lock between the record path and the tick (see ``_turns``)."""
+        lock = self._turns.get(partition)
+        if lock is None:
+            lock = self._turns[partition] = asyncio.Lock()
+        return lock
+
     async def tick(self) -> None:
-        """Advance every partition as wall time passes (idle inputs drop out of the watermark)."""
+        """Advance every partition as wall time passes (idle inputs drop out of the watermark); when that
+        sent alerts or stats, snapshot the partition after them, as the record path does: else a restart
+        from the snapshot before would decide them again (a second ``firing`` on the topic) or, when the
+        catch-up reached another verdict, not at all (a ``resolved`` nobody was paged for)."""
         for partition, corr in list(self.state.correlators.items()):
-            await self.emit_results(corr.tick(time.monotonic()))
+            async with self.turn(partition):
+                if self.state.correlators.get(partition) is not corr:
+                    continue  # revoked while waiting for its turn
+                out = corr.tick(time.monotonic())
+                await self.emit_results(out)
+                if out.changed:
+                    self.snapshot(partition, corr, time.monotonic())
             self.state.progress.correlation(partition, time.monotonic(), corr.watermark)
 
     # -- one record -----------------------------------------------------------------------------
@@ -163,12 +183,14 @@ class Correlate:
         return JobPartition(rt.correlator, rt.inventory, rt.expected_origins, rt.signals, rt.rules, inputs=inputs)
 
     async def one(self, event: Any) -> None:
-        rt, state, metrics = self.rt, self.state, self.metrics
+        rt, state = self.rt, self.state
         partition = event.message.partition
         state.stalls.delivered(f"{event.message.topic}:{partition}", time.monotonic())
         corr = self.correlator_for(partition)
         if partition in state.correlator_resume_check:
-            if not await self.resume(corr, partition, event.message.offset, event.message.timestamp):
+            async with self.turn(partition):
+                resumed = await self.resume(corr, partition, event.message.offset, event.message.timestamp)
+            if not resumed:
                 return  # already in the restored state; its outputs were flushed before the snapshot
             state.correlator_resume_check.discard(partition)
         elif corr.last_offset is not None and event.message.offset is not None \
@@ -182,7 +204,8 @@ class Correlate:
             hole = await rt.offsets.read_hole(rt.catalogue.anomalies, partition, corr.last_offset,
                                               event.message.offset)
             if hole:  # records Faust never handed over: folded in first, in offset order
-                await self.fold(corr, hole, outputs=True)
+                async with self.turn(partition):
+                    await self.fold(corr, hole, outputs=True)
                 rt.offsets.ack(hole)
         if event.value is None:
             await rt.dead_letter(dead_letter_of("correlate", ValidationFailed, TOMBSTONE_REASON, event))
@@ -195,6 +218,13 @@ class Correlate:
         if not isinstance(rec, dict):
             await rt.dead_letter(dead_letter_of("correlate", ValidationFailed, "record is not an object", event))
             return
+        async with self.turn(partition):
+            await self.fold_one(corr, partition, rec, event)
+
+    async def fold_one(self, corr: JobPartition, partition: int, rec: dict[str, Any], event: Any) -> None:
+        """One record into ``corr``: its outputs sent, then a snapshot when one is due (the partition's turn
+        held: :meth:`turn`)."""
+        rt, state, metrics = self.rt, self.state, self.metrics
         try:
             out = corr.on_record(rec, time.monotonic(), event.message.offset, event.message.timestamp)
         except (KeyError, TypeError, ValueError) as exc:
@@ -218,17 +248,22 @@ class Correlate:
                 math.isfinite(wm) and wm - last >= rt.settings.snapshot_interval_s
                 and wall_due(f"correlation:{partition}", now, state.last_correlator_snapshot_wall.get(partition),
                              rt.settings.snapshot_wall_floor_s)):
-            # Outputs first, then the state that produced them: a crash never leaves a snapshot whose
-            # alerts were lost (restart skips what a snapshot holds; see docs/performance.md). The
-            # snapshot is taken now and written after the producer flush, off this agent's path.
-            rt.snapshots.put(rt.correlator_table, CORRELATOR_STATE_TABLE, str(partition), corr.snapshot(), partition,
-                             owned=lambda: state.correlators.get(partition) is corr)
-            state.last_correlator_snapshot[partition] = wm if math.isfinite(wm) else last
-            state.last_correlator_snapshot_wall[partition] = now
+            self.snapshot(partition, corr, now)
         if out.finished:
             state.finished_partitions.add(partition)
             if rt.on_finished is not None:
                 rt.on_finished(partition)
+
+    def snapshot(self, partition: int, corr: JobPartition, now: float) -> None:
+        """Snapshot ``corr`` after the outputs it sent: a crash never leaves a snapshot whose alerts were lost
+        (a restart skips what a snapshot holds; docs/performance.md). Taken now, written after the producer
+        flush, off the caller's path."""
+        state, wm = self.state, corr.watermark
+        self.rt.snapshots.put(self.rt.correlator_table, CORRELATOR_STATE_TABLE, str(partition), corr.snapshot(),
+                              partition, owned=lambda: state.correlators.get(partition) is corr)
+        state.last_correlator_snapshot[partition] = (
+            wm if math.isfinite(wm) else state.last_correlator_snapshot.get(partition, -math.inf))
+        state.last_correlator_snapshot_wall[partition] = now
 
     async def emit_results(self, res: Any) -> None:
         rt = self.rt

@@ -51,6 +51,8 @@ class LockstepApp(faust.App):
     lockstep_state: WorkerState
     lockstep_metrics: WorkerMetrics
     lockstep_runtime: Runtime
+    #: agents.correlating.Correlate: the correlate agent and its tick
+    lockstep_correlate: Any
 
 
 @dataclass

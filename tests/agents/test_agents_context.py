@@ -20,7 +20,7 @@ T0 = 1764502800.0
 Sent = list[tuple[str, bytes | None, dict[str, Any], int | None]]
 
 
-def make(partitions: int = 2) -> tuple[Any, Any, Sent]:
+def make(partitions: int = 2, **extra: Any) -> tuple[Any, Any, Sent]:
     inv = InventoryIndex()
     inv.apply(inventory_adapter.validate_python({"kind": "job", "ts": T0 - 100, "job_id": "j1", "state": "RUNNING",
                                                  "nodes": "n[1-2]", "gpus_per_node": 8}))
@@ -32,7 +32,7 @@ def make(partitions: int = 2) -> tuple[Any, Any, Sent]:
         sent.append((topic, key, orjson.loads(value), partition))
 
     settings = LockstepSettings(_env_file=None, kafka_bootstrap_servers="127.0.0.1:9", partitions=partitions,  # type: ignore[call-arg]
-                                baseline_min_samples=5)
+                                baseline_min_samples=5, **extra)
     app, state = build_app(settings, "127.0.0.1:9", inv, emit=emit, loop=asyncio.get_event_loop())
     app.finalize()
     return app, state, sent
@@ -126,3 +126,44 @@ def test_correlate_turns_evidence_and_watermarks_into_an_alert_and_rejects_garba
     alerts = [r for t, _, r, _ in sent if t == "lockstep.alerts"]
     assert [(a["job_id"], a["status"], a["root_cause"]["source"], a["gpus"]) for a in alerts] == [
         ("j1", "firing", "leaf01", 16)]
+
+
+def test_an_alert_the_tick_decides_is_followed_by_a_snapshot(_loop: Any) -> None:
+    """The watermark also moves on wall time (an input silent past the orphan hold stops holding it), so a
+    verdict can come due in the correlate agent's tick with no record. Its alert is snapshotted after it is
+    sent, as a record's is: restored from that snapshot, the partition has nothing left to send."""
+    from agents.snapshots import read_snapshot
+    from streams.jobs import JobPartition
+
+    app, state, sent = make(watermark_orphan_hold_s=0.3)
+    base = {"type": "anomaly", "job_id": "j1", "confirmed_ts": T0 + 11, "labels": {"port": "7"}, "direction": "up",
+            "value": 50.0, "p50": 0.0, "p99": 0.0, "score": 0.99, "relation": "port", "origin": "o"}
+    cause = dict(base, phase="start", ts=T0 + 10, layer="switch", source="leaf01", metric="SymbolErrorCounter",
+                 meaning="link_errors", role="cause")
+    symptom = dict(base, phase="start", ts=T0 + 15, confirmed_ts=T0 + 16, layer="step", source="n1",
+                   metric="step_time_seconds", meaning="step_time", role="symptom", value=2.0, p50=1.0,
+                   labels={"job_id": "j1", "rank": "0"})
+    correlate = app.lockstep_correlate
+    snapshots = app.lockstep_metrics.snapshots.labels("correlator_state")
+
+    async def go() -> None:
+        async with app.agents["correlate"].test_context() as agent:
+            await agent.put(orjson.dumps(cause), key=b"j1", partition=0)
+            await agent.put(orjson.dumps(symptom), key=b"j1", partition=0)
+            # input o2 lags: the watermark waits for it, so nothing is due yet
+            await agent.put(orjson.dumps({"type": "watermark", "origins": {"o": T0 + 60, "o2": T0 + 5}}),
+                            partition=0)
+            assert not [r for t, _, r, _ in sent if t == "lockstep.alerts"]
+            before = snapshots._value.get()
+            await asyncio.sleep(0.4)  # o2 silent past the orphan hold: the tick moves the watermark
+            await correlate.tick()
+            alerts = [r for t, _, r, _ in sent if t == "lockstep.alerts"]
+            assert [(a["job_id"], a["status"]) for a in alerts] == [("j1", "firing")]
+            assert snapshots._value.get() == before + 1, "the tick's alert is followed by a snapshot"
+            restored = JobPartition(state.correlators[0].correlator.config, state.inventory)
+            blob = read_snapshot(app.lockstep_runtime.correlator_table, b"0")
+            assert blob is not None
+            restored.restore(blob, 0.0)
+            assert restored.tick(10.0).alerts == [], "the snapshot knows the alert went out"
+
+    _loop.run_until_complete(go())
