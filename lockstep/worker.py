@@ -78,7 +78,7 @@ class Worker:
         self._probe: asyncio.Task[None] | None = None
         #: how long the consumer group has kept this worker waiting for partitions (streams.health): the
         #: ``group`` readiness check, ``lockstep_group_wait_seconds`` and a log line with the group's state
-        self.group = GroupWatch(settings.group_wait_warn_after_s, now=time.monotonic())
+        self.group = GroupWatch(settings.group_wait_warn_after_s, now=None)  # (waiting from the agents' start)
         self._group_task: asyncio.Task[None] | None = None
 
     @property
@@ -128,6 +128,7 @@ class Worker:
 
             self.web = WebServer(self)
             await self.web.start()
+        self.group.revoked(time.monotonic())  # the join begins with the consumer's start
         await self.app.start()
         self.reader.follow()
         self.silences.follow()

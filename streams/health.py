@@ -136,10 +136,12 @@ class GroupWatch:
     True
     """
 
-    def __init__(self, warn_s: float, repeat_s: float = 60.0, *, now: float) -> None:
+    def __init__(self, warn_s: float, repeat_s: float = 60.0, *, now: float | None) -> None:
+        """``now``: when the worker began waiting (None: not yet, e.g. before its consumer starts; then
+        :meth:`revoked` starts the wait)."""
         self.warn_s = warn_s
         self.repeat_s = repeat_s
-        #: since when this worker has waited for an assignment (None: it holds one)
+        #: since when this worker has waited for an assignment (None: it holds one, or has not asked yet)
         self._since: float | None = now
         self._said: float | None = None  # when overdue() last said so during this wait
 
