@@ -22,7 +22,8 @@ action, drawn by weight from :data:`ACTIONS`:
   stopped).
 
 The four that change the group's membership wait, by default, until the broker describes the group as
-``Stable`` (every member joined and synced; at most 60 s, else the action is skipped and said so).
+``Stable`` (every member joined and synced; a join also goes into an ``Empty`` group; at most 60 s, else
+the action is skipped and said so).
 The embedded broker keeps for good a member that dies between its join and its sync as the new
 generation's leader, and every worker after it then waits for the group (docs/operations.md, "A worker
 waits for its group"); a kill at any moment met that in seeds 5 and 6 and left no verdict on Lockstep.
@@ -145,19 +146,16 @@ async def group_state(bootstrap: str, group: str) -> str:
             await admin.close()
 
 
-#: The group states in which no member is between its join and its sync.
-SETTLED = ("Stable", "Empty")
-
-
-async def until_stable(bootstrap: str, group: str, timeout_s: float = 60.0) -> tuple[bool, float, str]:
-    """Wait for the group to be ``Stable`` (or ``Empty``: no member at all): (whether it was, seconds
-    waited, the last state read)."""
+async def until_stable(bootstrap: str, group: str, settled: tuple[str, ...] = ("Stable",),
+                       timeout_s: float = 60.0) -> tuple[bool, float, str]:
+    """Wait for the group to be in one of the ``settled`` states (``Stable``: every member joined and
+    synced): (whether it was, seconds waited, the last state read)."""
     t0 = time.monotonic()
     while True:
         state = await group_state(bootstrap, group)
         waited = time.monotonic() - t0
-        if state in SETTLED or waited >= timeout_s:
-            return state in SETTLED, round(waited, 1), state
+        if state in settled or waited >= timeout_s:
+            return state in settled, round(waited, 1), state
         await asyncio.sleep(0.5)
 
 
@@ -323,7 +321,10 @@ async def chaos(minutes: float, rate: float, gpus: int, incident_every_s: float,
                 return
             what = rng.choices(choices, weights=[ACTIONS[a] for a in choices])[0]
             if what != "pause" and membership_at == "stable":
-                stable, waited, state = await until_stable(broker.bootstrap, settings.app_id)
+                # (a join may also go into an Empty group; a stop waits for every member to have synced, the
+                # one just restarted included: an Empty group may have one about to join)
+                settled = ("Stable", "Empty") if what == "join" else ("Stable",)
+                stable, waited, state = await until_stable(broker.bootstrap, settings.app_id, settled)
                 if not stable:
                     say("skipped", skipped=what, reason=f"group not Stable after {waited:.0f} s", state=state)
                     return
