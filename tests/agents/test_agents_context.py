@@ -42,6 +42,19 @@ def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
     asyncio.new_event_loop().run_until_complete(coro_fn())
 
 
+def port_slowdown() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Job j1's two anomalies of a leaf port's link errors slowing its steps: the cause (switch leaf01
+    port 7, from T0 + 10) and the symptom (rank 0's step time, from T0 + 15), both from input ``o``."""
+    base = {"type": "anomaly", "job_id": "j1", "confirmed_ts": T0 + 11, "labels": {"port": "7"}, "direction": "up",
+            "value": 50.0, "p50": 0.0, "p99": 0.0, "score": 0.99, "relation": "port", "origin": "o"}
+    cause = dict(base, phase="start", ts=T0 + 10, layer="switch", source="leaf01", metric="SymbolErrorCounter",
+                 meaning="link_errors", role="cause")
+    symptom = dict(base, phase="start", ts=T0 + 15, confirmed_ts=T0 + 16, layer="step", source="n1",
+                   metric="step_time_seconds", meaning="step_time", role="symptom", value=2.0, p50=1.0,
+                   labels={"job_id": "j1", "rank": "0"})
+    return cause, symptom
+
+
 def switch_sample(k: int, value: float) -> bytes:
     return orjson.dumps([{"ts": T0 + k, "layer": "switch", "source": "leaf01", "metric": "SymbolErrorCounter",
                           "value": value, "labels": {"port": "7"}}])
@@ -105,13 +118,7 @@ def test_ingest_sends_a_batchs_progress_at_its_end_without_the_timer(_loop: Any)
 
 def test_correlate_turns_evidence_and_watermarks_into_an_alert_and_rejects_garbage(_loop: Any) -> None:
     app, _, sent = make()
-    base = {"type": "anomaly", "job_id": "j1", "confirmed_ts": T0 + 11, "labels": {"port": "7"}, "direction": "up",
-            "value": 50.0, "p50": 0.0, "p99": 0.0, "score": 0.99, "relation": "port", "origin": "o"}
-    cause = dict(base, phase="start", ts=T0 + 10, layer="switch", source="leaf01", metric="SymbolErrorCounter",
-                 meaning="link_errors", role="cause")
-    symptom = dict(base, phase="start", ts=T0 + 15, confirmed_ts=T0 + 16, layer="step", source="n1",
-                   metric="step_time_seconds", meaning="step_time", role="symptom", value=2.0, p50=1.0,
-                   labels={"job_id": "j1", "rank": "0"})
+    cause, symptom = port_slowdown()
 
     async def go() -> None:
         async with app.agents["correlate"].test_context() as agent:
@@ -136,13 +143,7 @@ def test_an_alert_the_tick_decides_is_followed_by_a_snapshot(_loop: Any) -> None
     from streams.jobs import JobPartition
 
     app, state, sent = make(watermark_orphan_hold_s=0.3)
-    base = {"type": "anomaly", "job_id": "j1", "confirmed_ts": T0 + 11, "labels": {"port": "7"}, "direction": "up",
-            "value": 50.0, "p50": 0.0, "p99": 0.0, "score": 0.99, "relation": "port", "origin": "o"}
-    cause = dict(base, phase="start", ts=T0 + 10, layer="switch", source="leaf01", metric="SymbolErrorCounter",
-                 meaning="link_errors", role="cause")
-    symptom = dict(base, phase="start", ts=T0 + 15, confirmed_ts=T0 + 16, layer="step", source="n1",
-                   metric="step_time_seconds", meaning="step_time", role="symptom", value=2.0, p50=1.0,
-                   labels={"job_id": "j1", "rank": "0"})
+    cause, symptom = port_slowdown()
     correlate = app.lockstep_correlate
     snapshots = app.lockstep_metrics.snapshots.labels("correlator_state")
 

@@ -8,18 +8,12 @@ from typing import Any
 import orjson
 
 from streams.ledger import LedgerEntry
-from tests.agents.test_agents_context import T0, make
+from tests.agents.test_agents_context import T0, make, port_slowdown
 
 
 def test_a_slowdown_alert_goes_out_with_its_capacity_record(_loop: Any) -> None:
     app, _, sent = make()
-    base = {"type": "anomaly", "job_id": "j1", "confirmed_ts": T0 + 11, "labels": {"port": "7"}, "direction": "up",
-            "value": 50.0, "p50": 0.0, "p99": 0.0, "score": 0.99, "relation": "port", "origin": "o"}
-    cause = dict(base, phase="start", ts=T0 + 10, layer="switch", source="leaf01", metric="SymbolErrorCounter",
-                 meaning="link_errors", role="cause")
-    symptom = dict(base, phase="start", ts=T0 + 15, confirmed_ts=T0 + 16, layer="step", source="n1",
-                   metric="step_time_seconds", meaning="step_time", role="symptom", value=2.0, p50=1.0,
-                   labels={"job_id": "j1", "rank": "0"})
+    cause, symptom = port_slowdown()
 
     async def go() -> None:
         async with app.agents["correlate"].test_context() as agent:
@@ -43,13 +37,7 @@ def test_a_slowdown_alert_goes_out_with_its_capacity_record(_loop: Any) -> None:
 
 def test_the_same_alert_goes_out_with_a_fabric_health_record_per_fabric_entity(_loop: Any) -> None:
     app, _, sent = make()
-    base = {"type": "anomaly", "job_id": "j1", "confirmed_ts": T0 + 11, "labels": {"port": "7"}, "direction": "up",
-            "value": 50.0, "p50": 0.0, "p99": 0.0, "score": 0.99, "relation": "port", "origin": "o"}
-    cause = dict(base, phase="start", ts=T0 + 10, layer="switch", source="leaf01", metric="SymbolErrorCounter",
-                 meaning="link_errors", role="cause")
-    symptom = dict(base, phase="start", ts=T0 + 15, confirmed_ts=T0 + 16, layer="step", source="n1",
-                   metric="step_time_seconds", meaning="step_time", role="symptom", value=2.0, p50=1.0,
-                   labels={"job_id": "j1", "rank": "0"})
+    cause, symptom = port_slowdown()
 
     async def go() -> None:
         async with app.agents["correlate"].test_context() as agent:
