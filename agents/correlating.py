@@ -183,14 +183,20 @@ class Correlate:
         return JobPartition(rt.correlator, rt.inventory, rt.expected_origins, rt.signals, rt.rules, inputs=inputs)
 
     async def one(self, event: Any) -> None:
-        rt, state = self.rt, self.state
+        """One ``anomalies`` record, its partition's turn held (:meth:`turn`) from the restore check to the
+        snapshot after its outputs."""
         partition = event.message.partition
-        state.stalls.delivered(f"{event.message.topic}:{partition}", time.monotonic())
+        self.state.stalls.delivered(f"{event.message.topic}:{partition}", time.monotonic())
         corr = self.correlator_for(partition)
+        async with self.turn(partition):
+            await self.take(corr, partition, event)
+
+    async def take(self, corr: JobPartition, partition: int, event: Any) -> None:
+        """:meth:`one` with the turn held: resume after a restore, skip what was folded in, fold a hole in
+        first, then the record (:meth:`fold_one`)."""
+        rt, state = self.rt, self.state
         if partition in state.correlator_resume_check:
-            async with self.turn(partition):
-                resumed = await self.resume(corr, partition, event.message.offset, event.message.timestamp)
-            if not resumed:
+            if not await self.resume(corr, partition, event.message.offset, event.message.timestamp):
                 return  # already in the restored state; its outputs were flushed before the snapshot
             state.correlator_resume_check.discard(partition)
         elif corr.last_offset is not None and event.message.offset is not None \
@@ -204,8 +210,7 @@ class Correlate:
             hole = await rt.offsets.read_hole(rt.catalogue.anomalies, partition, corr.last_offset,
                                               event.message.offset)
             if hole:  # records Faust never handed over: folded in first, in offset order
-                async with self.turn(partition):
-                    await self.fold(corr, hole, outputs=True)
+                await self.fold(corr, hole, outputs=True)
                 rt.offsets.ack(hole)
         if event.value is None:
             await rt.dead_letter(dead_letter_of("correlate", ValidationFailed, TOMBSTONE_REASON, event))
@@ -218,8 +223,7 @@ class Correlate:
         if not isinstance(rec, dict):
             await rt.dead_letter(dead_letter_of("correlate", ValidationFailed, "record is not an object", event))
             return
-        async with self.turn(partition):
-            await self.fold_one(corr, partition, rec, event)
+        await self.fold_one(corr, partition, rec, event)
 
     async def fold_one(self, corr: JobPartition, partition: int, rec: dict[str, Any], event: Any) -> None:
         """One record into ``corr``: its outputs sent, then a snapshot when one is due (the partition's turn

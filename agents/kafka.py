@@ -6,7 +6,10 @@ apply alike to producers, consumers, admin clients and the Faust app.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
+from dataclasses import dataclass
 from typing import Any
 
 from models.settings import LockstepSettings, SecurityProtocol
@@ -63,6 +66,35 @@ def faust_credentials(settings: LockstepSettings) -> Any:
     if proto is SecurityProtocol.SSL:
         return SSLCredentials(ctx)
     return None
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A consumer group as the broker describes it (DescribeGroups): its state (``Stable``, ``Empty``,
+    ``PreparingRebalance``, ...), its protocol and its members as ``(member_id, client_id, host,
+    has_assignment)``."""
+
+    state: str
+    protocol: str
+    members: tuple[tuple[str, str, str, bool], ...]
+
+
+async def describe_group(settings: LockstepSettings, bootstrap: str, group: str,
+                         timeout_s: float = 10.0) -> GroupDescription:
+    """Ask the broker for consumer group ``group`` (a new admin client, closed after). Raises what the client
+    raises (a timeout: TimeoutError)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(**client_kwargs(settings, bootstrap))
+    try:
+        await asyncio.wait_for(admin.start(), timeout_s)
+        (answer,) = await asyncio.wait_for(admin.describe_consumer_groups([group]), timeout_s)
+        _error, _name, state, _type, protocol, members = answer.groups[0][:6]
+        return GroupDescription(str(state), str(protocol),
+                                tuple((str(m[0]), str(m[1]), str(m[2]), bool(m[4])) for m in members))
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
 
 
 async def start_producer(settings: LockstepSettings, bootstrap: str, **extra: Any) -> Any:

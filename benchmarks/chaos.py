@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import os
 import random
@@ -130,29 +129,23 @@ class Group:
             self.bench.stop(slot.proc)
 
 
-async def group_state(bootstrap: str, group: str) -> str:
+async def group_state(settings: Any, bootstrap: str, group: str) -> str:
     """The consumer group's state as the broker describes it (DescribeGroups), or why it could not say."""
-    from aiokafka.admin import AIOKafkaAdminClient
+    from agents.kafka import describe_group
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        await asyncio.wait_for(admin.start(), 10)
-        answer = await asyncio.wait_for(admin.describe_consumer_groups([group]), 10)
-        return str(answer[0].groups[0][2])
+        return (await describe_group(settings, bootstrap, group)).state
     except Exception as exc:  # (a harness reading: a failed one is a state like another)
         return f"unknown ({type(exc).__name__})"
-    finally:
-        with contextlib.suppress(Exception):
-            await admin.close()
 
 
-async def until_stable(bootstrap: str, group: str, settled: tuple[str, ...] = ("Stable",),
+async def until_stable(settings: Any, bootstrap: str, group: str, settled: tuple[str, ...] = ("Stable",),
                        timeout_s: float = 60.0) -> tuple[bool, float, str]:
     """Wait for the group to be in one of the ``settled`` states (``Stable``: every member joined and
     synced): (whether it was, seconds waited, the last state read)."""
     t0 = time.monotonic()
     while True:
-        state = await group_state(bootstrap, group)
+        state = await group_state(settings, bootstrap, group)
         waited = time.monotonic() - t0
         if state in settled or waited >= timeout_s:
             return state in settled, round(waited, 1), state
@@ -324,7 +317,7 @@ async def chaos(minutes: float, rate: float, gpus: int, incident_every_s: float,
                 # (a join may also go into an Empty group; a stop waits for every member to have synced, the
                 # one just restarted included: an Empty group may have one about to join)
                 settled = ("Stable", "Empty") if what == "join" else ("Stable",)
-                stable, waited, state = await until_stable(broker.bootstrap, settings.app_id, settled)
+                stable, waited, state = await until_stable(settings, broker.bootstrap, settings.app_id, settled)
                 if not stable:
                     say("skipped", skipped=what, reason=f"group not Stable after {waited:.0f} s", state=state)
                     return

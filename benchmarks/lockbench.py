@@ -319,19 +319,13 @@ class Bench:
     async def group_settled(self, group: str, members: int) -> bool:
         """Whether consumer group ``group`` is Stable with ``members`` members (DescribeGroups): every
         worker has joined and the last rebalance of the start is over. False when it cannot be asked."""
-        from aiokafka.admin import AIOKafkaAdminClient
+        from agents.kafka import describe_group
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         try:
-            await admin.start()
-            (answer,) = await admin.describe_consumer_groups([group])
-            (_, name, state, _, _, found, *_) = answer.groups[0]
-            return bool(name == group and state == "Stable" and len(found) == members)
+            g = await describe_group(self.settings, self.bootstrap, group)
         except Exception:
             return False
-        finally:
-            with contextlib.suppress(Exception):
-                await admin.close()
+        return g.state == "Stable" and len(g.members) == members
 
     async def lag(self, group: str, topics: list[str]) -> int:
         """Messages the group has not committed yet over ``topics``: the end offsets minus the

@@ -18,11 +18,11 @@ import orjson
 
 from agents.app import WorkerState, build_app
 from agents.inventory_reader import InventoryReader
-from agents.kafka import client_kwargs, start_producer
+from agents.kafka import client_kwargs, describe_group, start_producer
 from agents.metrics import WorkerMetrics
 from agents.topics import TopicCatalogue
 from models.settings import LockstepSettings
-from streams.health import BrokerWatch, GroupWatch, describe_group
+from streams.health import BrokerWatch, GroupWatch, group_line
 from streams.inventory import InventoryIndex
 
 log = logging.getLogger("lockstep.worker")
@@ -156,23 +156,15 @@ class Worker:
                             await self._describe_group())
             await asyncio.sleep(every_s)
 
-    async def _describe_group(self, timeout_s: float = 10.0) -> str:
+    async def _describe_group(self) -> str:
         """The consumer group as the broker describes it (DescribeGroups), in one line for the log."""
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        admin = AIOKafkaAdminClient(**client_kwargs(self.settings, self.bootstrap))
         try:
-            await asyncio.wait_for(admin.start(), timeout_s)
-            answer = await asyncio.wait_for(admin.describe_consumer_groups([self.settings.app_id]), timeout_s)
-            _error, _group, state, _type, protocol, members = answer[0].groups[0][:6]
-            return describe_group(state, protocol, [(m[0], m[1], m[2], bool(m[4])) for m in members])
+            g = await describe_group(self.settings, self.bootstrap, self.settings.app_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             return f"the broker did not describe the group: {_short_error(exc)}"
-        finally:
-            with contextlib.suppress(Exception):
-                await admin.close()
+        return group_line(g.state, g.protocol, g.members)
 
     async def _probe_broker(self) -> None:
         """Ask the broker for its metadata every ``broker_probe_interval_s`` (a new connection each time, as

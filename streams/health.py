@@ -23,6 +23,7 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 
 class ProgressWatch:
@@ -179,13 +180,13 @@ class GroupWatch:
         return f"no partitions assigned by the consumer group for {now - self._since:.0f} s"
 
 
-def describe_group(state: str, protocol: str, members: list[tuple[str, str, str, bool]]) -> str:
+def group_line(state: str, protocol: str, members: Sequence[tuple[str, str, str, bool]]) -> str:
     """One line for the log from the broker's DescribeGroups answer: the group's state, its protocol and
     its members (``(member_id, client_id, host, has_assignment)``).
 
-    >>> describe_group("Unknown", "", [("faust-0.15.3-86942c90", "", "", False)])
+    >>> group_line("Unknown", "", [("faust-0.15.3-86942c90", "", "", False)])
     "the broker says: group state Unknown, protocol '', 1 member: faust-0.15.3-86942c90 (no assignment)"
-    >>> describe_group("Stable", "faust", [("a", "faust-1", "/10.0.0.7", True), ("b", "c", "/h", False)])
+    >>> group_line("Stable", "faust", [("a", "faust-1", "/10.0.0.7", True), ("b", "c", "/h", False)])
     "the broker says: group state Stable, protocol 'faust', 2 members: a (faust-1 at /10.0.0.7, assigned), b (c at
     /h, no assignment)"
     """
