@@ -147,7 +147,14 @@ class LinkEvent(BaseModel):
 
 
 class SwitchEvent(BaseModel):
-    """A switch's place in the tiers: a leaf's uplinks (its spines), a spine's core."""
+    """A switch's place in the tiers: a leaf's uplinks (its spines), a spine's core.
+
+    ``port_speeds`` maps a port of the switch that is cabled to another switch (a leaf's uplink, a
+    spine's ports to its leaves and its core) to that link's line rate in Gb/s, when the topology
+    source says it (``ibnetdiscover`` prints each switch-to-switch cable's width and speed); the
+    fabric report measures those ports' utilisation against it. A port a ``link`` event names (a
+    host's) takes the link's ``speed_gbps`` instead. Empty when unknown.
+    """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -156,6 +163,16 @@ class SwitchEvent(BaseModel):
     switch: Name
     tier: Literal["leaf", "spine", "core"]
     uplinks: list[Name] = Field(default_factory=list)
+    port_speeds: dict[Name, Annotated[float, Field(gt=0, le=100_000)]] = Field(default_factory=dict,
+                                                                                max_length=4096)
+
+    @field_validator("port_speeds", mode="before")
+    @classmethod
+    def _port_names(cls, value: Any) -> Any:
+        # JSON object keys are strings already; a Python caller's integer port is coerced as ports are.
+        if isinstance(value, dict):
+            return {str(k) if isinstance(k, int) and not isinstance(k, bool) else k: v for k, v in value.items()}
+        return value
 
     @field_validator("ts", mode="before")
     @classmethod

@@ -395,7 +395,8 @@ def _place(key: EntityKey, inv: InventoryIndex, switch_fabric: dict[str, str]) -
     if behind:
         link = inv.links[behind[0]]
         return _Place(link.fabric, tier, name, link.speed_gbps, sorted({b[0] for b in behind}), "downlink")
-    return _Place(switch_fabric.get(source, "unknown"), tier, name, None, inv.nodes_behind_switch(source), "uplink")
+    return _Place(switch_fabric.get(source, "unknown"), tier, name, inv.switch_port_speeds.get((source, port)),
+                  inv.nodes_behind_switch(source), "uplink")
 
 
 def _pct(values: np.ndarray, q: float) -> float | None:
@@ -467,6 +468,7 @@ def _bandwidth(rollup: FabricRollup, inv: InventoryIndex, store: ReadStore, plac
         gbps: list[np.ndarray] = []
         links: list[dict[str, Any]] = []
         saturating: list[dict[str, Any]] = []
+        unrated: list[dict[str, Any]] = []
         no_speed = 0
         for k in groups[g]:
             p, e = places[k], rollup.entities[k]
@@ -477,6 +479,8 @@ def _bandwidth(rollup: FabricRollup, inv: InventoryIndex, store: ReadStore, plac
             gbps.append(g_rate)
             if p.speed_gbps is None:
                 no_speed += 1
+                unrated.append({"link": p.name, "speed_gbps": None, "p50": None, "p99": None,
+                                "gbps_p99": _r(_pct(g_rate, 99), 2)})
                 continue
             u = g_rate / p.speed_gbps
             utils.append(u)
@@ -492,8 +496,10 @@ def _bandwidth(rollup: FabricRollup, inv: InventoryIndex, store: ReadStore, plac
         g_all = np.concatenate(gbps) if gbps else np.empty(0)
         links.sort(key=lambda r: (-(r["p99"] or 0.0), r["link"]))
         saturating.sort(key=lambda r: (-r["seconds_saturated"], r["link"]))
-        out.append(_group(g[0], g[1], _r(_pct(u_all, 99)), "share of line rate",
-                          saturating[:cfg.top] + [r for r in links if r not in saturating][:cfg.top],
+        unrated.sort(key=lambda r: (-(r["gbps_p99"] or 0.0), r["link"]))
+        named = {r["link"] for r in saturating}  # (a saturating link's row has more keys than its plain one)
+        evidence = saturating + [r for r in links if r["link"] not in named] + unrated
+        out.append(_group(g[0], g[1], _r(_pct(u_all, 99)), "share of line rate", evidence[:cfg.top],
                           p50=_r(_pct(u_all, 50)), p99=_r(_pct(u_all, 99)),
                           throughput_gbps_p50=_r(_pct(g_all, 50), 2), throughput_gbps_p99=_r(_pct(g_all, 99), 2),
                           links_measured=len(gbps), links_without_line_rate=no_speed,

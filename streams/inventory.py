@@ -107,6 +107,8 @@ class InventoryIndex:
     by_switch: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     uplinks: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     tiers: dict[str, str] = field(default_factory=dict)
+    #: (switch, port) -> line rate (Gb/s) of a port cabled to another switch (a switch event's ``port_speeds``)
+    switch_port_speeds: dict[tuple[str, str], float] = field(default_factory=dict)
     pool_switches: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     node_jobs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     node_leaves: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -135,6 +137,10 @@ class InventoryIndex:
         elif isinstance(event, SwitchEvent):
             self.tiers[event.switch] = event.tier
             self.uplinks[event.switch] = set(event.uplinks)
+            for sp in [k for k in self.switch_port_speeds if k[0] == event.switch]:
+                del self.switch_port_speeds[sp]  # the event is the switch's whole description
+            for port, speed in event.port_speeds.items():
+                self.switch_port_speeds[(event.switch, port)] = speed
             for up in event.uplinks:
                 self.tiers.setdefault(up, "spine" if event.tier == "leaf" else "core")
         elif isinstance(event, PoolEvent):

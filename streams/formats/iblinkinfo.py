@@ -28,6 +28,11 @@ The mapping is :mod:`streams.formats.ibnetdiscover`'s (the same fabric, another 
   switch has a section in a full ``iblinkinfo``); otherwise it is a host.
 - **Tiers** follow from the cabling, as for ``ibnetdiscover``: switches with hosts are leaves, their
   other switch neighbours spines, theirs cores.
+- **Line rates**: the link column gives the width and the per-lane signalling rate (``4X 53.125
+  Gbps`` is HDR); :func:`line_rate_gbps` names the speed and gives the nominal rate as
+  ``ibnetdiscover`` does (``4X 53.125 Gbps`` = 200, ``4X 10.0 Gbps`` QDR = 40): a host's ``link``
+  gets ``speed_gbps``, a switch's switch-to-switch ports ``port_speeds``. A rate that is no
+  InfiniBand speed gives none.
 - Time: the ``ts`` argument or header (the output carries none).
 """
 
@@ -38,7 +43,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from streams.formats.base import Context, timed_text
-from streams.formats.ibnetdiscover import host_and_device, switch_label
+from streams.formats.ibnetdiscover import LANE_GBPS, host_and_device, switch_label
 
 SKIP_DOWN = "port with no peer (Down)"
 SKIP_HOST_TO_HOST = "host port cabled to another host (no switch)"
@@ -46,8 +51,27 @@ SKIP_HOST_TO_HOST = "host port cabled to another host (no switch)"
 _CA_HEAD = re.compile(r"^CA:\s+(.*?):\s*$")
 _SW_HEAD = re.compile(r"^Switch:\s+(0x[0-9a-fA-F]+)\s+(.*?):\s*$")
 # [0xGUID ["desc"]] LID PORT[..] ==( link )==> [0xGUID] [LID PORT][..] "peer desc" ( comment )
+_WIDTH_RATE = re.compile(r"(\d+)X\s+([\d.]+)\s+Gbps")
+#: Per-lane signalling rate iblinkinfo prints (Gb/s) -> the speed's name (IBTA; 64b/66b from FDR on).
+SIGNALLING = {2.5: "SDR", 5.0: "DDR", 10.0: "QDR", 10.3125: "FDR10", 14.0625: "FDR", 25.78125: "EDR",
+              53.125: "HDR", 106.25: "NDR", 212.5: "XDR"}
 _PORT = re.compile(r'^(?:(0x[0-9a-fA-F]+)\s+(?:"([^"]*)"\s+)?)?(\d+)\s+(\d+)\[[^\]]*\]\s+==\((.*?)\)==>\s+'
                    r'(?:0x[0-9a-fA-F]+\s+)?(?:(\d+)\s+(\d+))?\s*\[[^\]]*\]\s+"([^"]*)"\s+\(.*\)\s*$')
+
+
+def line_rate_gbps(link: str) -> float | None:
+    """A port's nominal line rate from iblinkinfo's link column (None when it gives no known speed).
+
+    >>> [line_rate_gbps(f" 4X {r} Gbps Active/  LinkUp") for r in ("10.0", "25.78125", "53.125", "106.25")]
+    [40.0, 100.0, 200.0, 400.0]
+    >>> line_rate_gbps("1X 53.125 Gbps Active"), line_rate_gbps("4X 12.5 Gbps"), line_rate_gbps("Down/ Polling")
+    (50.0, None, None)
+    """
+    m = _WIDTH_RATE.search(link)
+    if m is None:
+        return None
+    name = SIGNALLING.get(float(m.group(2)))
+    return None if name is None else int(m.group(1)) * LANE_GBPS[name]
 
 
 @dataclass
@@ -60,6 +84,7 @@ class _Port:
     peer_lid: str
     peer_port: str
     peer_desc: str
+    speed: float | None = None
 
 
 def convert(raw: bytes, ctx: Context) -> None:
@@ -87,7 +112,7 @@ def convert(raw: bytes, ctx: Context) -> None:
         if p is None:
             ctx.reject(record, f"not an iblinkinfo line: {stripped[:60]!r}")
             continue
-        _guid, _desc, lid, port, _link, peer_lid, peer_port, peer_desc = p.groups()
+        _guid, _desc, lid, port, link, peer_lid, peer_port, peer_desc = p.groups()
         if section is None:
             ctx.reject(record, "port line outside a CA: or Switch: section (iblinkinfo -l output is not read)")
             continue
@@ -95,16 +120,17 @@ def convert(raw: bytes, ctx: Context) -> None:
             ctx.skip(SKIP_DOWN)
             continue
         kind, node = section
-        ports.append(_Port(lineno, kind, node, lid, port, peer_lid, peer_port, peer_desc))
+        ports.append(_Port(lineno, kind, node, lid, port, peer_lid, peer_port, peer_desc, line_rate_gbps(link)))
     _emit(ports, switch_desc, ts, ctx)
 
 
 def _emit(ports: list[_Port], switch_desc: dict[str, str], ts: float, ctx: Context) -> None:
     switch_lid = {p.lid: p.node for p in ports if p.kind == "SW"}  # LID -> switch GUID
     names = _switch_names(switch_desc)
-    # (host description, CA port) -> (line, switch GUID or label, switch port)
-    host_ports: dict[tuple[str, str], tuple[int, str, str]] = {}
+    # (host description, CA port) -> (line, switch GUID or label, switch port, line rate)
+    host_ports: dict[tuple[str, str], tuple[int, str, str, float | None]] = {}
     switch_peers: dict[str, set[str]] = defaultdict(set)
+    port_speeds: dict[str, dict[str, float]] = defaultdict(dict)  # switch GUID -> its switch ports' rates
     ca_descs = {p.node for p in ports if p.kind == "CA"}
     for p in ports:
         if p.kind == "CA":
@@ -114,30 +140,38 @@ def _emit(ports: list[_Port], switch_desc: dict[str, str], ts: float, ctx: Conte
                     ctx.skip(SKIP_HOST_TO_HOST)
                     continue
                 sw = _unlisted(p.peer_desc, names)  # a switch with no section of its own
-            host_ports.setdefault((p.node, p.port), (p.line, sw, p.peer_port))
+            host_ports.setdefault((p.node, p.port), (p.line, sw, p.peer_port, p.speed))
         elif (peer := switch_lid.get(p.peer_lid)) is not None:
             switch_peers[p.node].add(peer)
             switch_peers[peer].add(p.node)
+            if p.speed is not None:
+                port_speeds[p.node][p.port] = p.speed
+                port_speeds[peer].setdefault(p.peer_port, p.speed)
         else:
-            host_ports.setdefault((p.peer_desc, p.peer_port), (p.line, p.node, p.port))
+            host_ports.setdefault((p.peer_desc, p.peer_port), (p.line, p.node, p.port, p.speed))
     leaves: set[str] = set()
-    for (desc, ca_port), (line, sw, sw_port) in sorted(host_ports.items(), key=lambda kv: kv[1][0]):
+    for (desc, ca_port), (line, sw, sw_port, speed) in sorted(host_ports.items(), key=lambda kv: kv[1][0]):
         record = f"line {line}"
         node, device = host_and_device(desc)
         if not node:
             ctx.reject(record, "host port without a node description")
             continue
         leaves.add(sw)
-        ctx.event(record, {"kind": "link", "ts": ts, "node": node, "device": device, "port": ca_port,
-                           "switch": names.get(sw, sw), "switch_port": sw_port, "fabric": "infiniband"})
+        link = {"kind": "link", "ts": ts, "node": node, "device": device, "port": ca_port,
+                "switch": names.get(sw, sw), "switch_port": sw_port, "fabric": "infiniband"}
+        if speed is not None:
+            link["speed_gbps"] = speed
+        ctx.event(record, link)
     spines = {p for leaf in leaves for p in switch_peers.get(leaf, ()) if p not in leaves}
     cores = {p for spine in spines for p in switch_peers.get(spine, ()) if p not in leaves and p not in spines}
     for tier, members, ups in (("leaf", leaves, spines), ("spine", spines, cores), ("core", cores, set())):
         for sw in sorted(members, key=lambda g: names.get(g, g)):
             uplinks = sorted(names.get(p, p) for p in switch_peers.get(sw, ()) if p in ups)
             name = names.get(sw, sw)
-            ctx.event(f"switch {name}", {"kind": "switch", "ts": ts, "switch": name, "tier": tier,
-                                         "uplinks": uplinks})
+            event: dict[str, object] = {"kind": "switch", "ts": ts, "switch": name, "tier": tier, "uplinks": uplinks}
+            if port_speeds.get(sw):
+                event["port_speeds"] = dict(sorted(port_speeds[sw].items(), key=lambda kv: int(kv[0])))
+            ctx.event(f"switch {name}", event)
 
 
 def _unlisted(desc: str, names: dict[str, str]) -> str:

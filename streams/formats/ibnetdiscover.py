@@ -19,7 +19,8 @@ type, LID, port and GUID, then both node descriptions. A line with ``???`` is a 
   ``core``. A switch reached by none of these rules gets no switch event.
 - One ``link`` event per host port (``port`` the CA port number, ``switch_port`` the leaf port),
   fabric ``infiniband``, ``speed_gbps`` from the width and speed (:func:`line_rate_gbps`: ``4x EDR``
-  is 100) when both are known; one ``switch`` event per tiered switch.
+  is 100) when both are known; one ``switch`` event per tiered switch, with ``port_speeds``: the line
+  rate of each of its ports cabled to another switch, where known.
 - Time: the ``ts`` argument or header (the report carries none).
 """
 
@@ -87,6 +88,8 @@ def convert(raw: bytes, ctx: Context) -> None:
     host_ports: dict[tuple[str, str], tuple[str, str, str, str, float | None]] = {}
     switch_desc: dict[str, str] = {}
     switch_peers: dict[str, set[str]] = defaultdict(set)
+    #: switch GUID -> its switch-to-switch ports' line rates (port -> Gb/s)
+    switch_port_speeds: dict[str, dict[str, float]] = defaultdict(dict)
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -110,6 +113,9 @@ def convert(raw: bytes, ctx: Context) -> None:
         if a_type == "SW" and b_type == "SW":
             switch_peers[a_guid].add(b_guid)
             switch_peers[b_guid].add(a_guid)
+            if speed is not None:
+                switch_port_speeds[a_guid][a_port] = speed
+                switch_port_speeds[b_guid][b_port] = speed
         elif {a_type, b_type} == {"CA", "SW"}:
             if a_type == "CA":
                 host_ports.setdefault((a_guid, a_port), (record, a_desc, b_guid, b_port, speed))
@@ -132,8 +138,11 @@ def convert(raw: bytes, ctx: Context) -> None:
     for tier, members, ups in (("leaf", leaves, spines), ("spine", spines, cores), ("core", cores, set())):
         for sw in sorted(members, key=lambda g: names[g]):
             uplinks = sorted(names[p] for p in switch_peers.get(sw, ()) if p in ups)
-            ctx.event(f"switch {names[sw]}", {"kind": "switch", "ts": ts, "switch": names[sw], "tier": tier,
-                                              "uplinks": uplinks})
+            event: dict[str, Any] = {"kind": "switch", "ts": ts, "switch": names[sw], "tier": tier, "uplinks": uplinks}
+            speeds = switch_port_speeds.get(sw)
+            if speeds:
+                event["port_speeds"] = dict(sorted(speeds.items(), key=lambda kv: int(kv[0])))
+            ctx.event(f"switch {names[sw]}", event)
 
 
 def _switch_names(descs: dict[str, str]) -> dict[str, str]:

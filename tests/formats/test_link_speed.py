@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from models.inventory import LinkEvent, inventory_adapter
+from models.inventory import LinkEvent, SwitchEvent, inventory_adapter
 from streams.inventory import InventoryIndex
 
 from .helpers import run
@@ -35,3 +35,29 @@ def test_speed_is_optional_and_must_be_positive():
     for bad in (0, -1, "fast"):
         with pytest.raises(ValidationError):
             LinkEvent.model_validate({**LINK, "speed_gbps": bad})
+
+
+def test_the_real_ports_report_gives_each_switch_to_switch_port_its_line_rate():
+    """``SW 1719 1 ... 4x EDR - SW 1516 1`` is the leaf ib-i1l1s01's uplink to the spine ib-i1l2s01: both
+    ends get 100 Gb/s; the leaf ib-i4l1s01 has no switch neighbour, so no port speeds."""
+    out = run("ibnetdiscover", "ibnetdiscover/ports.txt")
+    switches = {e["switch"]: e for e in out.inventory if e["kind"] == "switch"}
+    assert switches["ib-i1l1s01"]["port_speeds"] == {"1": 100.0}
+    assert switches["ib-i1l2s01"]["tier"] == "spine" and switches["ib-i1l2s01"]["port_speeds"] == {"1": 100.0}
+    assert "port_speeds" not in switches["ib-i4l1s01"]
+    index = InventoryIndex()
+    for e in out.inventory:
+        index.apply(inventory_adapter.validate_python(e))
+    assert index.switch_port_speeds == {("ib-i1l1s01", "1"): 100.0, ("ib-i1l2s01", "1"): 100.0}
+
+
+def test_a_switch_event_replaces_its_port_speeds_and_refuses_bad_ones():
+    index = InventoryIndex()
+    sw = {"kind": "switch", "ts": 1764500000, "switch": "leaf01", "tier": "leaf", "uplinks": ["spine01"]}
+    index.apply(SwitchEvent.model_validate({**sw, "port_speeds": {"1": 400, "2": 400}}))
+    index.apply(SwitchEvent.model_validate({**sw, "port_speeds": {2: 200}}))  # an integer port is a name too
+    assert index.switch_port_speeds == {("leaf01", "2"): 200.0}
+    assert SwitchEvent.model_validate(sw).port_speeds == {}
+    for bad in ({"1": 0}, {"1": -5}, {"1": "fast"}, {"": 100}, ["1", 100]):
+        with pytest.raises(ValidationError):
+            SwitchEvent.model_validate({**sw, "port_speeds": bad})

@@ -92,6 +92,8 @@ def test_utilisation_is_measured_against_each_links_line_rate(cluster: Any) -> N
     assert leaf["links_saturating_in_collectives"] == 1
     first = leaf["evidence"][0]
     assert (first["link"], first["seconds_saturated"], first["during_collectives"]) == ("leafA port 1", 10, {"j1": 5})
+    # The saturating link is listed once (its plain row is not repeated below it), the others by p99.
+    assert [e["link"] for e in leaf["evidence"]] == ["leafA port 1", "leafA port 2", "leafB port 1", "leafB port 2"]
 
 
 def test_a_link_without_a_line_rate_gives_throughput_but_no_utilisation() -> None:
@@ -101,6 +103,30 @@ def test_a_link_without_a_line_rate_gives_throughput_but_no_utilisation() -> Non
     counters(roll, "nic", "n1", NIC, {"PortXmitData": 0.5 * WORDS_100G}, 5)
     g = group(fabric_report(roll, inv, ReadStore(), T0 + 5), "bandwidth", "infiniband", "host")
     assert (g["value"], g["throughput_gbps_p99"], g["links_without_line_rate"]) == (None, 50.0, 1)
+    assert g["evidence"] == [{"link": "n1 mlx5_0 port 1", "speed_gbps": None, "p50": None, "p99": None,
+                              "gbps_p99": 50.0}]  # which links the line rate is missing for
+
+
+def test_a_switch_to_switch_port_is_measured_against_the_switch_events_port_speed(cluster: Any) -> None:
+    """leafA's port 49 (an uplink, no host behind it) and spine1's port 1: rated by their switch events'
+    ``port_speeds``; leafB's uplink port 49 has none and is counted without a line rate."""
+    roll, inv, store = cluster
+    for e in ({"kind": "switch", "ts": T0, "switch": "leafA", "tier": "leaf", "uplinks": ["spine1"],
+               "port_speeds": {"49": 400}},
+              {"kind": "switch", "ts": T0, "switch": "spine1", "tier": "spine", "port_speeds": {"1": 400}}):
+        inv.apply(inventory_adapter.validate_python(e))
+    for switch in ("leafA", "leafB", "spine1"):
+        port = "1" if switch == "spine1" else "49"
+        counters(roll, "switch", switch, {"port": port}, {"PortXmitData": WORDS_100G}, 10)  # 100 Gb/s
+    r = fabric_report(roll, inv, store, T0 + 10)
+    spine = group(r, "bandwidth", "infiniband", "spine")
+    assert (spine["value"], spine["links_without_line_rate"]) == (0.25, 0)
+    leaf = group(r, "bandwidth", "infiniband", "leaf")
+    assert leaf["links_measured"] == 6 and leaf["links_without_line_rate"] == 1
+    rows = {e["link"]: e for e in leaf["evidence"]}
+    assert (rows["leafA port 49"]["speed_gbps"], rows["leafA port 49"]["p50"]) == (400.0, 0.25)
+    assert (rows["leafB port 49"]["speed_gbps"], rows["leafB port 49"]["gbps_p99"]) == (None, 100.0)
+    assert leaf["evidence"][-1]["link"] == "leafB port 49"  # the unrated after the rated
 
 
 def test_congestion_rates_by_kind_and_the_hotspot(cluster: Any) -> None:
