@@ -3,8 +3,11 @@
 Deterministic for a given seed and start time (time is an input: ``Simulator.tick(t)`` produces the
 messages of second ``t``). Faults are data (:class:`Fault`), grouped into named scenarios.
 
-The default cluster: 48 nodes x 8 GPUs on 6 leaves (8 nodes each, downlink ports 15-22) and 2
-spines; InfiniBand on gpu001-040, RoCE on gpu041-048; pools ``lustre-a`` and ``nfs-home``.
+The default cluster: 48 nodes x 8 GPUs on 6 leaves (8 nodes each, downlink ports 15-22; uplink ports
+1-2, one to each of 2 spines, whose port N faces leaf N); InfiniBand on gpu001-040, RoCE on
+gpu041-048; hosts' links at 200 Gb/s (4x HDR, 200GbE), switch-to-switch links at 400 Gb/s (4x NDR),
+as the inventory says; pools ``lustre-a`` and ``nfs-home``. Every switch port reports its counters,
+the spines' included.
 Jobs: ``llm-70b`` (32 nodes, 256 GPUs), ``vision-7b`` (8 nodes, 64 GPUs), ``rec-ft`` (4 nodes, 32
 GPUs, RoCE); gpu045-048 idle.
 """
@@ -29,7 +32,7 @@ DEFAULT_START_TS = SEED_FAULT_TS - 70.0
 IB_NIC_COUNTERS = ("SymbolErrorCounter", "LinkErrorRecoveryCounter", "LinkDownedCounter", "PortRcvErrors",
                    "PortXmitDiscards", "PortXmitWait", "PortXmitData", "PortRcvData")
 ROCE_COUNTERS = ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "np_cnp_sent", "rp_cnp_handled",
-                 "rx_discards_phy")
+                 "rx_discards_phy", "tx_bytes_phy", "rx_bytes_phy")
 SWITCH_COUNTERS = ("SymbolErrorCounter", "LinkDownedCounter", "PortRcvErrors", "PortXmitDiscards",
                    "PortXmitWait", "PortXmitData")
 
@@ -86,6 +89,9 @@ class ClusterSpec:
     spines: int = 2
     first_port: int = 15
     roce_from: int = 41
+    #: Line rates the inventory gives: a host's link (HDR InfiniBand, 200GbE) and a leaf-spine link (NDR).
+    host_gbps: float = 200.0
+    uplink_gbps: float = 400.0
     pools: tuple[tuple[str, str], ...] = (("lustre-a", "lustre"), ("nfs-home", "nfs"))
     #: Slow healthy drift of busy GPUs' temperature: degrees Celsius per hour (a warming machine room).
     gpu_temp_drift_per_h: float = 0.0
@@ -396,6 +402,9 @@ class Simulator:
         for leaf in self.leaves:
             for s in range(len(self.spines)):
                 self.port_ctr[(leaf, str(1 + s))] = np.zeros(len(SWITCH_COUNTERS))
+        for spine in self.spines:
+            for j in range(len(self.leaves)):
+                self.port_ctr[(spine, str(1 + j))] = np.zeros(len(SWITCH_COUNTERS))
         self.pool_ctr = {p: np.zeros(2) for p, _ in c.pools}
         self.job_write_ctr: dict[tuple[str, str], float] = {}
         self.gpu_temp = 62 + self.rng.normal(0, 2, (n, c.gpus_per_node))
@@ -412,10 +421,15 @@ class Simulator:
             fabric = "roce" if i >= c.roce_from else "infiniband"
             out.append(Message("inventory", f"link:{node}:mlx5_0:1", {
                 "kind": "link", "ts": ts, "node": node, "device": "mlx5_0", "port": "1",
-                "switch": leaf, "switch_port": port, "fabric": fabric}, ts))
+                "switch": leaf, "switch_port": port, "fabric": fabric, "speed_gbps": c.host_gbps}, ts))
         for leaf in self.leaves:
             out.append(Message("inventory", f"switch:{leaf}", {
-                "kind": "switch", "ts": ts, "switch": leaf, "tier": "leaf", "uplinks": self.spines}, ts))
+                "kind": "switch", "ts": ts, "switch": leaf, "tier": "leaf", "uplinks": self.spines,
+                "port_speeds": {str(1 + s): c.uplink_gbps for s in range(len(self.spines))}}, ts))
+        for spine in self.spines:
+            out.append(Message("inventory", f"switch:{spine}", {
+                "kind": "switch", "ts": ts, "switch": spine, "tier": "spine", "uplinks": [],
+                "port_speeds": {str(1 + j): c.uplink_gbps for j in range(len(self.leaves))}}, ts))
         for pool, fs in c.pools:
             out.append(Message("inventory", f"pool:{pool}", {
                 "kind": "pool", "ts": ts, "pool": pool, "fs_type": fs, "switches": ["stor-leaf01", *self.spines]}, ts))
@@ -506,7 +520,9 @@ class Simulator:
             # NIC
             idx = i + 1
             if idx >= c.roce_from:
-                inc = np.array([0, 0, 0, rng.poisson(30 if busy else 1), rng.poisson(25 if busy else 1), 0], float)
+                tx = max(rng.normal(2.5e9 if busy else 1e6, 1e7 if busy else 1e4), 0)
+                inc = np.array([0, 0, 0, rng.poisson(30 if busy else 1), rng.poisson(25 if busy else 1), 0,
+                                round(tx), round(tx * rng.normal(1, 0.01))], float)
                 for f in self._faults(rel, "nic"):
                     if f.node == node:
                         inc[0] += rng.poisson(f.rate)
@@ -555,7 +571,7 @@ class Simulator:
                    ingest),
                 _s(ts, "step", node, "dataloader_wait_seconds", round(float(loader), 5),
                    {"job_id": job.job_id, "rank": rank}, ingest)], t))
-        # Switches: leaf downlinks and uplinks.
+        # Switches: leaf downlinks and uplinks, spine ports.
         per_switch: dict[str, list[dict[str, Any]]] = {}
         for (switch, port), ctr in self.port_ctr.items():
             inc = np.array([0, 0, 0, 0, rng.poisson(3000), max(rng.normal(2.4e9, 1e7) / 4, 0)])

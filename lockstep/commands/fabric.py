@@ -60,6 +60,14 @@ def render_report(report: dict[str, Any], evidence: int = 3) -> str:
     loss: does it avoid loss?
       infiniband  leaf    0.33 errors per port-second  (ports_with_errors 1)
           link leaf03 port 17 · errors_per_s 16.6
+
+    A link whose line rate the inventory does not give says so (its utilisation is unknown):
+
+    >>> print(render_report({"questions": {"bandwidth": {"question": "enough bandwidth?", "groups": [
+    ...     {"fabric": "roce", "tier": "leaf", "value": None, "unit": "share of line rate", "links_measured": 1,
+    ...      "links_without_line_rate": 1, "evidence": [{"link": "leaf06 port 1", "speed_gbps": None, "p50": None,
+    ...      "p99": None, "gbps_p99": 19.4}]}]}}}).splitlines()[-1])
+          link leaf06 port 1 · gbps_p99 19.4 · line rate unknown
     """
     report = safe_data(report)
     lines = [f"━━ fabric report · as of {str(report.get('now_iso', '?'))[:19].replace('T', ' ')} UTC"]
@@ -73,7 +81,9 @@ def render_report(report: dict[str, Any], evidence: int = 3) -> str:
             lines.append(f"  {g['fabric']:<11} {g['tier']:<7} {value} {g['unit']}" + (f"  ({figures})" if figures
                                                                                          else ""))
             for row in g["evidence"][:evidence]:
-                shown = [f"{k} {_figure(v)}" for k, v in row.items() if not isinstance(v, list)]
+                shown = [f"{k} {_figure(v)}" for k, v in row.items() if not isinstance(v, list) and v is not None]
+                if "speed_gbps" in row and row["speed_gbps"] is None:
+                    shown.append("line rate unknown")
                 lines.append("      " + " · ".join(shown))
     return "\n".join(lines)
 

@@ -133,7 +133,8 @@ def _storage_inventory(sim: Simulator) -> list[Message]:
     ts = sim.start_ts - 60.0
     out = [Message("inventory", f"link:{server}:mlx5_0:1", {
         "kind": "link", "ts": ts, "node": server, "device": "mlx5_0", "port": "1", "switch": STORAGE_LEAF,
-        "switch_port": port, "fabric": "infiniband"}, ts) for server, port in SERVERS]
+        "switch_port": port, "fabric": "infiniband", "speed_gbps": sim.cluster.host_gbps}, ts)
+        for server, port in SERVERS]
     out.append(Message("inventory", f"switch:{STORAGE_LEAF}", {
         "kind": "switch", "ts": ts, "switch": STORAGE_LEAF, "tier": "leaf", "uplinks": sim.spines}, ts))
     return out

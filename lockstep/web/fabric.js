@@ -19,6 +19,23 @@
       .map(([k, v]) => `${k} ${figure(v)}`).join(" · ");
   }
 
+  // Why a group has no number, in words, from the figures the report gives beside it ("" if none
+  // says): a bandwidth group's links without a line rate in the inventory, say, with the throughput
+  // that was measured all the same.
+  function unanswered(name, g) {
+    if (g.value !== null && g.value !== undefined) return "";
+    if (name === "bandwidth") {
+      if (!g.links_measured) return "no transmit-byte counters from these links";
+      if (g.links_without_line_rate) {
+        const gbps = g.throughput_gbps_p99 === null ? "" : `; throughput p99 ${figure(g.throughput_gbps_p99)} Gb/s`;
+        return `${figure(g.links_without_line_rate)} of ${figure(g.links_measured)} links without a line rate ` +
+          `in the inventory (link speed_gbps, switch port_speeds)${gbps}`;
+      }
+    }
+    if (g.expected === 0) return "none expected by the inventory";
+    return "";
+  }
+
   function cell(tr, text, cls) {
     const td = document.createElement("td");
     td.textContent = text;
@@ -49,7 +66,7 @@
         cell(tr, g.fabric);
         cell(tr, g.tier);
         cell(tr, `${figure(g.value)} ${g.unit}`, "num");
-        cell(tr, evidenceText(g.evidence[0]), "muted small");
+        cell(tr, unanswered(name, g) || evidenceText(g.evidence[0]), "muted small");
         rows.push(tr);
       }
     }
@@ -60,6 +77,8 @@
     }
     body.replaceChildren(...rows);
   }
+
+  window.LockstepFabric = { unanswered };  // (for the page's tests)
 
   document.addEventListener("DOMContentLoaded", () => {
     refresh();

@@ -3,9 +3,8 @@ then ``GET /fabric/report`` and ``lockstep fabric`` against its API.
 
 The ``roce-retransmits`` scenario runs the 16-node lab cluster (InfiniBand gpu001-012, RoCE
 gpu013-016): gpu014's RoCE NIC starts retransmitting and roce-c slows down. The simulator's
-inventory carries no line rate, so the replay file's link events are given 200 Gb/s here (as
-``ibnetdiscover`` would give ``4x HDR``). The worker reads ``telemetry.nic`` and
-``telemetry.switch`` into its read model like every other output topic (agents/readmodel.py).
+inventory gives hosts' links 200 Gb/s (as ``ibnetdiscover`` gives ``4x HDR``) and switch-to-switch
+ports 400 Gb/s (a switch event's ``port_speeds``), and every switch port, the spines' too, reports.
 """
 
 from __future__ import annotations
@@ -28,21 +27,18 @@ from tests.web.client import get
 from tests.web.conftest import _feed_seed_incident, web_settings, worker_in_thread
 from tests.web.test_web_openapi import conforms
 
-SPEED_GBPS = 200.0
 
-
-def _with_line_rate(path: Path) -> int:
-    """Give every link event of the replay file ``SPEED_GBPS``; the number of links."""
-    out, links = [], 0
+def _line_rates(path: Path) -> tuple[set[float], set[float]]:
+    """The line rates the replay file's inventory gives: hosts' links, switch-to-switch ports."""
+    hosts: set[float] = set()
+    switches: set[float] = set()
     for line in path.read_bytes().splitlines():
-        if b'"kind":"link"' in line:
-            rec = orjson.loads(line)
-            rec["speed_gbps"] = SPEED_GBPS
-            line = orjson.dumps(rec)
-            links += 1
-        out.append(line)
-    path.write_bytes(b"\n".join(out) + b"\n")
-    return links
+        rec = orjson.loads(line)
+        if rec.get("kind") == "link":
+            hosts.add(rec["speed_gbps"])
+        elif rec.get("kind") == "switch":
+            switches |= set(rec["port_speeds"].values())
+    return hosts, switches
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +46,7 @@ def fabric_worker(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp("fabric")
     path = tmp / "roce.jsonl"
     write_simulation(path, "roce-retransmits")
-    assert _with_line_rate(path) == 16
+    assert _line_rates(path) == ({200.0}, {400.0})
     settings = web_settings(broker, tmp)
     with worker_in_thread("fabric-worker", lambda: _feed_seed_incident(settings, broker.bootstrap, path)) as (
             worker, _, loop):
@@ -78,6 +74,15 @@ def test_every_fabric_question_has_a_number_and_its_evidence(fabric_worker: Any)
     ib = _group(report, "bandwidth", "infiniband", "host")
     assert ib["links_measured"] == 12 and ib["links_without_line_rate"] == 0
     assert 0.08 < ib["p50"] < 0.12 and ib["p50"] <= ib["p99"] < 0.15
+    # ... and so do the RoCE NICs (tx_bytes_phy), and the leaves' and spines' switch-to-switch ports
+    # (~19.2 Gb/s on 400 Gb/s, measured against the switch events' port speeds).
+    roce = _group(report, "bandwidth", "roce", "host")
+    assert roce["links_measured"] == 4 and roce["links_without_line_rate"] == 0 and 0.08 < roce["p50"] < 0.12
+    for tier in ("leaf", "spine"):  # a leaf's uplinks are rated too (none without a line rate)
+        sw = _group(report, "bandwidth", "infiniband", tier)
+        assert sw["links_without_line_rate"] == 0 and sw["value"] is not None, sw
+    spine = _group(report, "bandwidth", "infiniband", "spine")["evidence"]
+    assert spine and all(r["speed_gbps"] == 400.0 and 0.04 < r["p50"] < 0.06 for r in spine), spine
     # Congestion: every IB NIC reports XmitWait; the RoCE NICs CNPs.
     assert set(_group(report, "congestion", "infiniband", "host")["by_kind"]) == {"xmit_wait"}
     assert set(_group(report, "congestion", "roce", "host")["by_kind"]) == {"cnp"}
@@ -89,6 +94,8 @@ def test_every_fabric_question_has_a_number_and_its_evidence(fabric_worker: Any)
     for fabric, nics in (("infiniband", 12), ("roce", 4)):
         cov = _group(report, "telemetry", fabric, "host")
         assert (cov["value"], cov["expected"], cov["silent"]) == (1.0, nics, [])
+    spines = _group(report, "telemetry", "infiniband", "spine")
+    assert spines["value"] == 1.0 and spines["silent"] == [], spines
     # Placement: the lab jobs, each against the fewest leaves its size allows.
     jobs = {j["job_id"] for g in report["questions"]["placement"]["groups"] for j in g["evidence"]}
     assert "roce-c" in jobs
