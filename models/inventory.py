@@ -146,14 +146,27 @@ class LinkEvent(BaseModel):
         return value
 
 
+class SwitchPort(BaseModel):
+    """A switch port cabled to another switch: the switch at its other end and the link's line rate,
+    each when the topology source says it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    peer: Name | None = None
+    speed_gbps: float | None = Field(default=None, gt=0, le=100_000)
+
+
 class SwitchEvent(BaseModel):
     """A switch's place in the tiers: a leaf's uplinks (its spines), a spine's core.
 
-    ``port_speeds`` maps a port of the switch that is cabled to another switch (a leaf's uplink, a
-    spine's ports to its leaves and its core) to that link's line rate in Gb/s, when the topology
-    source says it (``ibnetdiscover`` prints each switch-to-switch cable's width and speed); the
-    fabric report measures those ports' utilisation against it. A port a ``link`` event names (a
-    host's) takes the link's ``speed_gbps`` instead. Empty when unknown.
+    ``ports`` describes the switch's ports cabled to other switches (a leaf's uplinks, a spine's
+    ports to its leaves and its core), by port: ``peer``, the switch at the other end, and
+    ``speed_gbps``, the link's line rate, each when the topology source says it (``ibnetdiscover``
+    and ``iblinkinfo`` print every switch-to-switch cable with both ends and its width and speed).
+    Correlation narrows an anomaly on such a port to the jobs whose traffic crosses that link (the
+    leaf below it: its jobs that span leaves), and the fabric report measures its utilisation against
+    the line rate. A port a ``link`` event names (a host's) is described by the link instead. An event
+    is the switch's whole description: its ``ports`` replace those an earlier event gave.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -163,21 +176,20 @@ class SwitchEvent(BaseModel):
     switch: Name
     tier: Literal["leaf", "spine", "core"]
     uplinks: list[Name] = Field(default_factory=list)
-    port_speeds: dict[Name, Annotated[float, Field(gt=0, le=100_000)]] = Field(default_factory=dict,
-                                                                                max_length=4096)
+    ports: dict[Name, SwitchPort] = Field(default_factory=dict, max_length=4096)
 
-    @field_validator("port_speeds", mode="before")
+    @field_validator("ts", mode="before")
+    @classmethod
+    def _ts(cls, value: Any) -> float:
+        return parse_ts(value)
+
+    @field_validator("ports", mode="before")
     @classmethod
     def _port_names(cls, value: Any) -> Any:
         # JSON object keys are strings already; a Python caller's integer port is coerced as ports are.
         if isinstance(value, dict):
             return {str(k) if isinstance(k, int) and not isinstance(k, bool) else k: v for k, v in value.items()}
         return value
-
-    @field_validator("ts", mode="before")
-    @classmethod
-    def _ts(cls, value: Any) -> float:
-        return parse_ts(value)
 
 
 class PoolEvent(BaseModel):

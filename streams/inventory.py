@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from models.inventory import HEALTHY_NODE_STATES, JobEvent, LinkEvent, NodeEvent, PoolEvent, SwitchEvent
+from models.inventory import HEALTHY_NODE_STATES, JobEvent, LinkEvent, NodeEvent, PoolEvent, SwitchEvent, SwitchPort
 from models.timeutil import format_ts
 
 InventoryEvent = JobEvent | LinkEvent | SwitchEvent | PoolEvent | NodeEvent
@@ -107,8 +107,8 @@ class InventoryIndex:
     by_switch: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     uplinks: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     tiers: dict[str, str] = field(default_factory=dict)
-    #: (switch, port) -> line rate (Gb/s) of a port cabled to another switch (a switch event's ``port_speeds``)
-    switch_port_speeds: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: (switch, port) -> a port cabled to another switch: its peer and line rate (a switch event's ``ports``)
+    switch_ports: dict[tuple[str, str], SwitchPort] = field(default_factory=dict)
     pool_switches: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     node_jobs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     node_leaves: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -137,10 +137,10 @@ class InventoryIndex:
         elif isinstance(event, SwitchEvent):
             self.tiers[event.switch] = event.tier
             self.uplinks[event.switch] = set(event.uplinks)
-            for sp in [k for k in self.switch_port_speeds if k[0] == event.switch]:
-                del self.switch_port_speeds[sp]  # the event is the switch's whole description
-            for port, speed in event.port_speeds.items():
-                self.switch_port_speeds[(event.switch, port)] = speed
+            for sp in [k for k in self.switch_ports if k[0] == event.switch]:
+                del self.switch_ports[sp]  # the event is the switch's whole description
+            for port, described in event.ports.items():
+                self.switch_ports[(event.switch, port)] = described
             for up in event.uplinks:
                 self.tiers.setdefault(up, "spine" if event.tier == "leaf" else "core")
         elif isinstance(event, PoolEvent):
@@ -223,6 +223,27 @@ class InventoryIndex:
             nodes |= set(self.nodes_behind_switch(leaf))
         return sorted(nodes)
 
+    def leaf_below(self, switch: str, port: str) -> str | None:
+        """The leaf at the lower end of the switch-to-switch link on ``switch``'s ``port``: ``switch``
+        itself for a leaf's uplink, the peer for a spine's port to a leaf; None when the inventory
+        names no peer for the port, or neither end is a leaf (a spine-core link)."""
+        described = self.switch_ports.get((switch, port))
+        if described is None or described.peer is None:
+            return None
+        for end in (switch, described.peer):
+            if self.tiers.get(end) == "leaf":
+                return end
+        return None
+
+    def nodes_behind_link(self, switch: str, port: str) -> list[str]:
+        """The nodes whose traffic a switch port can carry: those cabled to it (a host's port), else
+        those behind the leaf below its switch-to-switch link (:meth:`leaf_below`), else every node
+        behind ``switch``."""
+        if (switch, port) in self.by_switch_port:
+            return self.nodes_behind_port(switch, port)
+        leaf = self.leaf_below(switch, port)
+        return self.nodes_behind_switch(leaf if leaf is not None else switch)
+
     def node_state(self, node: str) -> NodeStatus | None:
         """The scheduler's latest state of ``node``, or None when no ``node`` event named it."""
         return self.node_states.get(node)
@@ -289,16 +310,19 @@ class InventoryIndex:
         """The jobs whose training traffic crosses ``switch`` (or its ``port``)."""
         if port is not None and (switch, port) in self.by_switch_port:
             return self._jobs_of_nodes(self.nodes_behind_port(switch, port), t, "port")
+        leaf = self.leaf_below(switch, port) if port is not None else None
+        if leaf is not None:
+            # A leaf-spine link carries the traffic that leaves the leaf: its jobs that span leaves.
+            return self._spanning(self._jobs_of_nodes(self.nodes_behind_switch(leaf), t, "uplink"), t)
         nodes = self.nodes_behind_switch(switch)
         if self.tiers.get(switch, "leaf") == "leaf" and switch in self.by_switch:
             return self._jobs_of_nodes(nodes, t, "switch")
         # A spine carries traffic only for jobs that span more than one leaf below it.
-        out = []
-        for affected in self._jobs_of_nodes(nodes, t, "spine"):
-            info = self.job(affected.job_id, t)
-            if info and len(self.leaves_of(info.nodes)) > 1:
-                out.append(affected)
-        return out
+        return self._spanning(self._jobs_of_nodes(nodes, t, "spine"), t)
+
+    def _spanning(self, affected: list[Affected], t: float | None) -> list[Affected]:
+        """The jobs of ``affected`` whose nodes are on more than one leaf."""
+        return [a for a in affected if (info := self.job(a.job_id, t)) and len(self.leaves_of(info.nodes)) > 1]
 
     def storage_paths(self, switch: str, port: str | None, t: float | None) -> list[str]:
         """The pools whose servers hang off ``switch`` (and ``port``, when given), sorted.
@@ -364,17 +388,24 @@ class InventoryIndex:
     ) -> list[tuple[str, int, str]]:
         """Other jobs exposed to the same entity: ``(job_id, gpus, relation)``.
 
-        A switch port's neighbours are the other jobs behind the same port, then behind the same
-        switch, then (a switch a pool's servers hang off) the jobs using that pool; a pool's are the
-        other jobs using the pool.
+        A switch port's neighbours are the other jobs behind the same port (a host's port) or whose
+        traffic crosses the same leaf-spine link (``same_link``: a port the switch event describes,
+        :meth:`leaf_below`), then those whose traffic crosses the same switch (every job behind a leaf;
+        for a spine or core only the jobs that span leaves, as :meth:`affected_jobs` maps a spine),
+        then (a switch a pool's servers hang off) the jobs using that pool; a pool's are the other
+        jobs using the pool.
         """
         seen: dict[str, str] = {}
         if layer == "switch":
             port = labels.get("port")
             if port is not None:
-                for a in self._jobs_of_nodes(self.nodes_behind_port(source, port), t, "same_port"):
-                    seen.setdefault(a.job_id, "same_port")
-            for a in self._jobs_of_nodes(self.nodes_behind_switch(source), t, "same_switch"):
+                if (source, port) in self.by_switch_port:
+                    for a in self._jobs_of_nodes(self.nodes_behind_port(source, port), t, "same_port"):
+                        seen.setdefault(a.job_id, "same_port")
+                elif self.leaf_below(source, port) is not None:
+                    for a in self._fabric_jobs(source, port, t):
+                        seen.setdefault(a.job_id, "same_link")
+            for a in self._fabric_jobs(source, None, t):
                 seen.setdefault(a.job_id, "same_switch")
             pools = set(self.storage_paths(source, port, t))
             for info in self.active_jobs(t) if pools else ():

@@ -29,7 +29,7 @@
       if (g.links_without_line_rate) {
         const gbps = g.throughput_gbps_p99 === null ? "" : `; throughput p99 ${figure(g.throughput_gbps_p99)} Gb/s`;
         return `${figure(g.links_without_line_rate)} of ${figure(g.links_measured)} links without a line rate ` +
-          `in the inventory (link speed_gbps, switch port_speeds)${gbps}`;
+          `in the inventory (link speed_gbps, switch ports)${gbps}`;
       }
     }
     if (g.expected === 0) return "none expected by the inventory";

@@ -31,8 +31,8 @@ The mapping is :mod:`streams.formats.ibnetdiscover`'s (the same fabric, another 
 - **Line rates**: the link column gives the width and the per-lane signalling rate (``4X 53.125
   Gbps`` is HDR); :func:`line_rate_gbps` names the speed and gives the nominal rate as
   ``ibnetdiscover`` does (``4X 53.125 Gbps`` = 200, ``4X 10.0 Gbps`` QDR = 40): a host's ``link``
-  gets ``speed_gbps``, a switch's switch-to-switch ports ``port_speeds``. A rate that is no
-  InfiniBand speed gives none.
+  gets ``speed_gbps``, a switch's ``ports`` (its switch-to-switch ports, with their ``peer``) each
+  its ``speed_gbps``. A rate that is no InfiniBand speed gives none.
 - Time: the ``ts`` argument or header (the output carries none).
 """
 
@@ -43,7 +43,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from streams.formats.base import Context, timed_text
-from streams.formats.ibnetdiscover import LANE_GBPS, host_and_device, switch_label
+from streams.formats.ibnetdiscover import LANE_GBPS, host_and_device, switch_label, switch_port_list
 
 SKIP_DOWN = "port with no peer (Down)"
 SKIP_HOST_TO_HOST = "host port cabled to another host (no switch)"
@@ -130,7 +130,8 @@ def _emit(ports: list[_Port], switch_desc: dict[str, str], ts: float, ctx: Conte
     # (host description, CA port) -> (line, switch GUID or label, switch port, line rate)
     host_ports: dict[tuple[str, str], tuple[int, str, str, float | None]] = {}
     switch_peers: dict[str, set[str]] = defaultdict(set)
-    port_speeds: dict[str, dict[str, float]] = defaultdict(dict)  # switch GUID -> its switch ports' rates
+    #: switch GUID -> its switch-to-switch ports: port -> (the peer's GUID, line rate)
+    switch_ports: dict[str, dict[str, tuple[str, float | None]]] = defaultdict(dict)
     ca_descs = {p.node for p in ports if p.kind == "CA"}
     for p in ports:
         if p.kind == "CA":
@@ -144,9 +145,8 @@ def _emit(ports: list[_Port], switch_desc: dict[str, str], ts: float, ctx: Conte
         elif (peer := switch_lid.get(p.peer_lid)) is not None:
             switch_peers[p.node].add(peer)
             switch_peers[peer].add(p.node)
-            if p.speed is not None:
-                port_speeds[p.node][p.port] = p.speed
-                port_speeds[peer].setdefault(p.peer_port, p.speed)
+            switch_ports[p.node].setdefault(p.port, (peer, p.speed))
+            switch_ports[peer].setdefault(p.peer_port, (p.node, p.speed))
         else:
             host_ports.setdefault((p.peer_desc, p.peer_port), (p.line, p.node, p.port, p.speed))
     leaves: set[str] = set()
@@ -169,8 +169,8 @@ def _emit(ports: list[_Port], switch_desc: dict[str, str], ts: float, ctx: Conte
             uplinks = sorted(names.get(p, p) for p in switch_peers.get(sw, ()) if p in ups)
             name = names.get(sw, sw)
             event: dict[str, object] = {"kind": "switch", "ts": ts, "switch": name, "tier": tier, "uplinks": uplinks}
-            if port_speeds.get(sw):
-                event["port_speeds"] = dict(sorted(port_speeds[sw].items(), key=lambda kv: int(kv[0])))
+            if switch_ports.get(sw):
+                event["ports"] = switch_port_list(switch_ports[sw], names)
             ctx.event(f"switch {name}", event)
 
 

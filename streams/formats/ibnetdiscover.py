@@ -19,8 +19,8 @@ type, LID, port and GUID, then both node descriptions. A line with ``???`` is a 
   ``core``. A switch reached by none of these rules gets no switch event.
 - One ``link`` event per host port (``port`` the CA port number, ``switch_port`` the leaf port),
   fabric ``infiniband``, ``speed_gbps`` from the width and speed (:func:`line_rate_gbps`: ``4x EDR``
-  is 100) when both are known; one ``switch`` event per tiered switch, with ``port_speeds``: the line
-  rate of each of its ports cabled to another switch, where known.
+  is 100) when both are known; one ``switch`` event per tiered switch, with ``ports``: each of its
+  ports cabled to another switch, with that switch (``peer``) and the line rate where known.
 - Time: the ``ts`` argument or header (the report carries none).
 """
 
@@ -88,8 +88,8 @@ def convert(raw: bytes, ctx: Context) -> None:
     host_ports: dict[tuple[str, str], tuple[str, str, str, str, float | None]] = {}
     switch_desc: dict[str, str] = {}
     switch_peers: dict[str, set[str]] = defaultdict(set)
-    #: switch GUID -> its switch-to-switch ports' line rates (port -> Gb/s)
-    switch_port_speeds: dict[str, dict[str, float]] = defaultdict(dict)
+    #: switch GUID -> its switch-to-switch ports: port -> (the peer's GUID, line rate)
+    switch_ports: dict[str, dict[str, tuple[str, float | None]]] = defaultdict(dict)
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -113,9 +113,8 @@ def convert(raw: bytes, ctx: Context) -> None:
         if a_type == "SW" and b_type == "SW":
             switch_peers[a_guid].add(b_guid)
             switch_peers[b_guid].add(a_guid)
-            if speed is not None:
-                switch_port_speeds[a_guid][a_port] = speed
-                switch_port_speeds[b_guid][b_port] = speed
+            switch_ports[a_guid].setdefault(a_port, (b_guid, speed))
+            switch_ports[b_guid].setdefault(b_port, (a_guid, speed))
         elif {a_type, b_type} == {"CA", "SW"}:
             if a_type == "CA":
                 host_ports.setdefault((a_guid, a_port), (record, a_desc, b_guid, b_port, speed))
@@ -139,10 +138,21 @@ def convert(raw: bytes, ctx: Context) -> None:
         for sw in sorted(members, key=lambda g: names[g]):
             uplinks = sorted(names[p] for p in switch_peers.get(sw, ()) if p in ups)
             event: dict[str, Any] = {"kind": "switch", "ts": ts, "switch": names[sw], "tier": tier, "uplinks": uplinks}
-            speeds = switch_port_speeds.get(sw)
-            if speeds:
-                event["port_speeds"] = dict(sorted(speeds.items(), key=lambda kv: int(kv[0])))
+            if switch_ports.get(sw):
+                event["ports"] = switch_port_list(switch_ports[sw], names)
             ctx.event(f"switch {names[sw]}", event)
+
+
+def switch_port_list(ports: dict[str, tuple[str, float | None]], names: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """A switch event's ``ports`` from ``port -> (peer GUID, line rate)``, in port order.
+
+    >>> switch_port_list({"10": ("0xb", None), "9": ("0xa", 100.0)}, {"0xa": "spine-1", "0xb": "spine-2"})
+    {'9': {'peer': 'spine-1', 'speed_gbps': 100.0}, '10': {'peer': 'spine-2'}}
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for port, (peer, speed) in sorted(ports.items(), key=lambda kv: int(kv[0])):
+        out[port] = {"peer": names.get(peer, peer)} | ({"speed_gbps": speed} if speed is not None else {})
+    return out
 
 
 def _switch_names(descs: dict[str, str]) -> dict[str, str]:

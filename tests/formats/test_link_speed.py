@@ -37,27 +37,34 @@ def test_speed_is_optional_and_must_be_positive():
             LinkEvent.model_validate({**LINK, "speed_gbps": bad})
 
 
-def test_the_real_ports_report_gives_each_switch_to_switch_port_its_line_rate():
+def test_the_real_ports_report_gives_each_switch_to_switch_port_its_peer_and_line_rate():
     """``SW 1719 1 ... 4x EDR - SW 1516 1`` is the leaf ib-i1l1s01's uplink to the spine ib-i1l2s01: both
-    ends get 100 Gb/s; the leaf ib-i4l1s01 has no switch neighbour, so no port speeds."""
+    ends get the other and 100 Gb/s; the leaf ib-i4l1s01 has no switch neighbour, so no ports."""
     out = run("ibnetdiscover", "ibnetdiscover/ports.txt")
     switches = {e["switch"]: e for e in out.inventory if e["kind"] == "switch"}
-    assert switches["ib-i1l1s01"]["port_speeds"] == {"1": 100.0}
-    assert switches["ib-i1l2s01"]["tier"] == "spine" and switches["ib-i1l2s01"]["port_speeds"] == {"1": 100.0}
-    assert "port_speeds" not in switches["ib-i4l1s01"]
+    assert switches["ib-i1l1s01"]["ports"] == {"1": {"peer": "ib-i1l2s01", "speed_gbps": 100.0}}
+    assert switches["ib-i1l2s01"]["tier"] == "spine"
+    assert switches["ib-i1l2s01"]["ports"] == {"1": {"peer": "ib-i1l1s01", "speed_gbps": 100.0}}
+    assert "ports" not in switches["ib-i4l1s01"]
     index = InventoryIndex()
     for e in out.inventory:
         index.apply(inventory_adapter.validate_python(e))
-    assert index.switch_port_speeds == {("ib-i1l1s01", "1"): 100.0, ("ib-i1l2s01", "1"): 100.0}
+    assert {k: (p.peer, p.speed_gbps) for k, p in index.switch_ports.items()} == {
+        ("ib-i1l1s01", "1"): ("ib-i1l2s01", 100.0), ("ib-i1l2s01", "1"): ("ib-i1l1s01", 100.0)}
+    # both ends of the cable serve the leaf below it, and the hosts behind that leaf
+    assert index.leaf_below("ib-i1l2s01", "1") == index.leaf_below("ib-i1l1s01", "1") == "ib-i1l1s01"
+    assert index.nodes_behind_link("ib-i1l2s01", "1") == ["o0001", "o0002"]
 
 
-def test_a_switch_event_replaces_its_port_speeds_and_refuses_bad_ones():
+def test_a_switch_event_replaces_its_ports_and_refuses_bad_ones():
     index = InventoryIndex()
     sw = {"kind": "switch", "ts": 1764500000, "switch": "leaf01", "tier": "leaf", "uplinks": ["spine01"]}
-    index.apply(SwitchEvent.model_validate({**sw, "port_speeds": {"1": 400, "2": 400}}))
-    index.apply(SwitchEvent.model_validate({**sw, "port_speeds": {2: 200}}))  # an integer port is a name too
-    assert index.switch_port_speeds == {("leaf01", "2"): 200.0}
-    assert SwitchEvent.model_validate(sw).port_speeds == {}
-    for bad in ({"1": 0}, {"1": -5}, {"1": "fast"}, {"": 100}, ["1", 100]):
+    index.apply(SwitchEvent.model_validate({**sw, "ports": {"1": {"peer": "spine01", "speed_gbps": 400},
+                                                            "2": {"speed_gbps": 400}}}))
+    index.apply(SwitchEvent.model_validate({**sw, "ports": {2: {"peer": "spine02"}}}))  # an integer port is a name
+    assert {k: (p.peer, p.speed_gbps) for k, p in index.switch_ports.items()} == {("leaf01", "2"): ("spine02", None)}
+    assert SwitchEvent.model_validate(sw).ports == {}
+    for bad in ({"1": {"speed_gbps": 0}}, {"1": {"speed_gbps": -5}}, {"1": {"speed_gbps": "fast"}}, {"": {}},
+                {"1": {"peer": ""}}, {"1": 400}, ["1", 100]):
         with pytest.raises(ValidationError):
-            SwitchEvent.model_validate({**sw, "port_speeds": bad})
+            SwitchEvent.model_validate({**sw, "ports": bad})

@@ -79,7 +79,7 @@ def test_iblinkinfo_of_a_qdr_switch_gives_one_link_per_host_port_from_either_sid
     assert switches == [(sw, "leaf", [])]
     # "4X 10.0 Gbps": QDR, 40 Gb/s as ibnetdiscover gives 4x QDR; no switch-to-switch port here
     assert {e.get("speed_gbps") for e in out.inventory if e["kind"] == "link"} == {40.0}
-    assert all("port_speeds" not in e for e in out.inventory if e["kind"] == "switch")
+    assert all("ports" not in e for e in out.inventory if e["kind"] == "switch")
     # every cable printed from both ends is used once; the 9 Down/Polling switch ports are counted
     assert out.rejections == [] and out.skipped == {"port with no peer (Down)": 9}
     assert _index(out).nodes_behind_port(sw, "14") == ["teaker-9"]
@@ -105,8 +105,11 @@ def test_iblinkinfo_tiers_from_switch_to_switch_cables_and_a_host_learned_from_i
     assert out.rejections == []
     # 4X 53.125 Gbps is HDR: 200 Gb/s for the hosts' links and at both ends of each switch-to-switch cable
     assert [e["speed_gbps"] for e in out.inventory if e["kind"] == "link"] == [200.0, 200.0]
-    assert {e["switch"]: e["port_speeds"] for e in out.inventory if e["kind"] == "switch"} == {
-        "leaf-a": {"40": 200.0}, "leaf-b": {"40": 200.0}, "spine-1": {"1": 200.0, "2": 200.0}}
+    hdr = 200.0
+    assert {e["switch"]: e["ports"] for e in out.inventory if e["kind"] == "switch"} == {
+        "leaf-a": {"40": {"peer": "spine-1", "speed_gbps": hdr}},
+        "leaf-b": {"40": {"peer": "spine-1", "speed_gbps": hdr}},
+        "spine-1": {"1": {"peer": "leaf-a", "speed_gbps": hdr}, "2": {"peer": "leaf-b", "speed_gbps": hdr}}}
 
 
 def test_iblinkinfo_bad_lines_l_output_and_no_time_are_rejected():

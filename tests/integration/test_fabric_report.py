@@ -4,7 +4,7 @@ then ``GET /fabric/report`` and ``lockstep fabric`` against its API.
 The ``roce-retransmits`` scenario runs the 16-node lab cluster (InfiniBand gpu001-012, RoCE
 gpu013-016): gpu014's RoCE NIC starts retransmitting and roce-c slows down. The simulator's
 inventory gives hosts' links 200 Gb/s (as ``ibnetdiscover`` gives ``4x HDR``) and switch-to-switch
-ports 400 Gb/s (a switch event's ``port_speeds``), and every switch port, the spines' too, reports.
+ports 400 Gb/s (a switch event's ``ports``), and every switch port, the spines' too, reports.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _line_rates(path: Path) -> tuple[set[float], set[float]]:
         if rec.get("kind") == "link":
             hosts.add(rec["speed_gbps"])
         elif rec.get("kind") == "switch":
-            switches |= set(rec["port_speeds"].values())
+            switches |= {p["speed_gbps"] for p in rec["ports"].values()}
     return hosts, switches
 
 

@@ -109,11 +109,12 @@ def test_a_link_without_a_line_rate_gives_throughput_but_no_utilisation() -> Non
 
 def test_a_switch_to_switch_port_is_measured_against_the_switch_events_port_speed(cluster: Any) -> None:
     """leafA's port 49 (an uplink, no host behind it) and spine1's port 1: rated by their switch events'
-    ``port_speeds``; leafB's uplink port 49 has none and is counted without a line rate."""
+    ``ports``; leafB's uplink port 49 has none and is counted without a line rate."""
     roll, inv, store = cluster
     for e in ({"kind": "switch", "ts": T0, "switch": "leafA", "tier": "leaf", "uplinks": ["spine1"],
-               "port_speeds": {"49": 400}},
-              {"kind": "switch", "ts": T0, "switch": "spine1", "tier": "spine", "port_speeds": {"1": 400}}):
+               "ports": {"49": {"peer": "spine1", "speed_gbps": 400}}},
+              {"kind": "switch", "ts": T0, "switch": "spine1", "tier": "spine",
+               "ports": {"1": {"peer": "leafA", "speed_gbps": 400}}}):
         inv.apply(inventory_adapter.validate_python(e))
     for switch in ("leafA", "leafB", "spine1"):
         port = "1" if switch == "spine1" else "49"

@@ -51,5 +51,5 @@ def test_the_page_lists_the_six_fabric_questions(seed_worker: LiveWorker) -> Non
     # The simulator's inventory gives every link a line rate, so each bandwidth row has a number.
     bandwidth = [r for r in rows if r[0] == "bandwidth"]
     assert bandwidth and all(not r[3].startswith("\N{EN DASH}") and "speed_gbps" in r[4] for r in bandwidth), bandwidth
-    assert said == ["40 of 40 links without a line rate in the inventory (link speed_gbps, switch port_speeds); "
+    assert said == ["40 of 40 links without a line rate in the inventory (link speed_gbps, switch ports); "
                     "throughput p99 20.19 Gb/s", "no transmit-byte counters from these links", ""]
