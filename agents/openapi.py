@@ -126,7 +126,7 @@ def _schemas() -> dict[str, Any]:
     s["AlertDetail"] = {"allOf": [_ref("AlertSummary"), _obj({"alert": _ref("Alert"),
                                                                "firing": _nullable(_ref("Alert"))})]}
     s["FabricPort"] = _obj({
-        "switch": STR, "port": STR, "tier": STR, "uplinks": _arr(STR),
+        "switch": STR, "port": STR, "tier": STR, "uplinks": _arr(STR), "peer": NSTR, "speed_gbps": NNUM,
         "nodes": _arr(_obj({"node": STR, "device": STR, "nic_port": STR, "fabric": STR,
                             "jobs": _arr(_obj({"job_id": STR, "gpus": INT}))})),
         "jobs": _arr(_obj({"job_id": STR, "name": NSTR, "gpus_total": INT, "gpus_behind_port": INT,

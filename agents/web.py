@@ -726,7 +726,8 @@ class WebServer:
         try:
             return await self._heavy_json(request, lambda: views.fabric_port(self.store, inventory, switch, port))
         except web.HTTPNotFound:
-            raise error(404, f"no NIC is cabled to {switch[:100]} port {port[:20]} in the inventory") from None
+            raise error(404, f"no NIC is cabled to {switch[:100]} port {port[:20]} in the inventory, and no "
+                             "switch event describes that port") from None
 
     async def capacity(self, request: web.Request) -> web.Response:
         """GPU-time lost per entity, job or domain over a window (streams.ledger.report, docs/capacity.md)."""

@@ -212,6 +212,14 @@ LAB_BUSY = ClusterSpec(nodes=16, roce_from=13, jobs=(
     JobSpec("ev-4", "gpu[013-016]", ("nfs-home",), 0.4, start_offset=355.0),
 ))
 
+#: Three leaves of 8 nodes, InfiniBand only: ``wide`` spans leaf01 and leaf02 (its collectives cross the
+#: spines), ``local`` and ``other`` each stay on one leaf (leaf01, leaf03).
+SPREAD = ClusterSpec(nodes=24, roce_from=25, jobs=(
+    JobSpec("wide", "gpu[001-004,009-012]", ("lustre-a",), 1.0, name="wide-pretrain"),
+    JobSpec("local", "gpu[005-008]", ("nfs-home",), 0.8, name="local-finetune"),
+    JobSpec("other", "gpu[017-020]", ("nfs-home",), 0.6, name="other-eval"),
+))
+
 #: The long busy-healthy replay: 40 simulated minutes.
 BUSY_40M_DURATION = 2400.0
 
@@ -354,6 +362,23 @@ SCENARIOS: dict[str, Scenario] = {
         faults=(Fault("stall", F, F + 240.0, job="train-b"),),
         expect="one job_stalled for train-b (no_data, since 11:41:4x), resolved when its steps resume",
     ),
+    "uplink-errors": Scenario(
+        "uplink-errors",
+        "leaf01's uplink (port 1, to spine01) takes symbol errors 45 s in: wide, which spans leaf01 and leaf02, "
+        "sees its AllReduce rise 2 s later, its GPUs idle at 5 s, its step time double at 8 s; local, on leaf01 "
+        "alone (its traffic never leaves the leaf), slows 4 s in because gpu006's data loader saturates",
+        duration=LAB_DURATION, cluster=SPREAD,
+        faults=(Fault("switch_port", F, F_END, rate=40.0, switch="leaf01", port="1"),
+                Fault("nccl", F + 2, F_END + 1, factor=2.4, job="wide"),
+                Fault("gpu_util", F + 5, F_END + 2, factor=0.5, job="wide"),
+                Fault("step", F + 8, F_END + 3, factor=1.9, job="wide"),
+                Fault("loader", F + 3, F_END, factor=50.0, node="gpu006"),
+                Fault("cpu", F + 3, F_END, factor=2.7, node="gpu006"),
+                Fault("nccl", F + 4, F_END + 1, factor=1.4, job="local"),
+                Fault("step", F + 4, F_END + 1, factor=1.5, job="local")),
+        expect="job_slowdown for wide: network, leaf01 port 1 (an uplink); job_slowdown for local: dataloader, "
+               "node gpu006, not the uplink",
+    ),
     "healthy-churn": Scenario(
         "healthy-churn",
         "a healthy lab cluster where jobs start and end (train-b from 60 s to 150 s, roce-c ends at 100 s, "
@@ -425,11 +450,13 @@ class Simulator:
         for leaf in self.leaves:
             out.append(Message("inventory", f"switch:{leaf}", {
                 "kind": "switch", "ts": ts, "switch": leaf, "tier": "leaf", "uplinks": self.spines,
-                "port_speeds": {str(1 + s): c.uplink_gbps for s in range(len(self.spines))}}, ts))
+                "ports": {str(1 + s): {"peer": spine, "speed_gbps": c.uplink_gbps}
+                          for s, spine in enumerate(self.spines)}}, ts))
         for spine in self.spines:
             out.append(Message("inventory", f"switch:{spine}", {
                 "kind": "switch", "ts": ts, "switch": spine, "tier": "spine", "uplinks": [],
-                "port_speeds": {str(1 + j): c.uplink_gbps for j in range(len(self.leaves))}}, ts))
+                "ports": {str(1 + j): {"peer": leaf, "speed_gbps": c.uplink_gbps}
+                          for j, leaf in enumerate(self.leaves)}}, ts))
         for pool, fs in c.pools:
             out.append(Message("inventory", f"pool:{pool}", {
                 "kind": "pool", "ts": ts, "pool": pool, "fs_type": fs, "switches": ["stor-leaf01", *self.spines]}, ts))

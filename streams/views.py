@@ -914,27 +914,44 @@ def _answer_after_fix(store: ReadStore, job_id: str, alert: dict[str, Any] | Non
 
 # -- fabric ---------------------------------------------------------------------------------------
 def fabric_port(store: ReadStore, inventory: InventoryIndex, switch: str, port: str) -> dict[str, Any] | None:
-    """Who is behind a switch port: NICs, nodes, the jobs on them with GPU counts (None if no NIC is
-    cabled to it), the other jobs behind the same switch, and the port's recent anomalies."""
+    """Who is behind a switch port: NICs, nodes, the jobs on them with GPU counts, the other jobs behind
+    the same switch, and the port's recent anomalies; None if the inventory knows nothing cabled to it.
+
+    A host's port (a ``link`` event names it) has its NICs in ``nodes``; a switch-to-switch port a
+    switch event describes (``ports``) has none, its ``peer`` and ``speed_gbps``, and as ``jobs``
+    those whose traffic crosses the link (as correlation maps it: the jobs spanning leaves behind the
+    leaf below it), each with its nodes there.
+    """
     links = sorted(inventory.by_switch_port.get((switch, port), ()))
-    if not links:
+    described = inventory.switch_ports.get((switch, port))
+    if not links and described is None:
         return None
     nodes = []
     jobs: dict[str, dict[str, Any]] = {}
+
+    def behind(job_id: str, node: str) -> JobInfo | None:
+        """Count ``node`` behind the port for ``job_id``; the job, None for one that ended."""
+        info = inventory.job(job_id)
+        if info is None or info.end is not None:
+            return None
+        j = jobs.setdefault(job_id, {"job_id": job_id, "name": info.name, "gpus_total": info.gpus,
+                                     "gpus_behind_port": 0, "nodes_behind_port": []})
+        if node not in j["nodes_behind_port"]:
+            j["nodes_behind_port"].append(node)
+            j["gpus_behind_port"] += info.gpus_per_node or 0  # (unknown is counted as 0, as in sums elsewhere)
+        return info
+
     for node, device, nic_port in links:
         link = inventory.links[(node, device, nic_port)]
-        on_node = []
-        for job_id in inventory.jobs_on_node(node, None):
-            info = inventory.job(job_id)
-            if info is None or info.end is not None:
-                continue
-            on_node.append({"job_id": job_id, "gpus": info.gpus_per_node})
-            j = jobs.setdefault(job_id, {"job_id": job_id, "name": info.name, "gpus_total": info.gpus,
-                                         "gpus_behind_port": 0, "nodes_behind_port": []})
-            if node not in j["nodes_behind_port"]:
-                j["nodes_behind_port"].append(node)
-                j["gpus_behind_port"] += info.gpus_per_node
+        on_node = [{"job_id": job_id, "gpus": info.gpus_per_node} for job_id in inventory.jobs_on_node(node, None)
+                   if (info := behind(job_id, node)) is not None]
         nodes.append({"node": node, "device": device, "nic_port": nic_port, "fabric": link.fabric, "jobs": on_node})
+    if not links:
+        crossing = {a.job_id for a in inventory.affected_jobs("switch", switch, {"port": port}, None)}
+        for node in inventory.nodes_behind_link(switch, port):
+            for job_id in inventory.jobs_on_node(node, None):
+                if job_id in crossing:
+                    behind(job_id, node)
     switch_jobs: list[dict[str, Any]] = []
     for node in inventory.nodes_behind_switch(switch):
         for job_id in inventory.jobs_on_node(node, None):
@@ -957,9 +974,13 @@ def fabric_port(store: ReadStore, inventory: InventoryIndex, switch: str, port: 
     alerts = [alert_summary_min(e) for e in store.alerts.values()
               if (e.latest.get("root_cause") or {}).get("source") == switch
               and ((e.latest.get("root_cause") or {}).get("labels") or {}).get("port") == port]
+    speed = described.speed_gbps if described is not None and not links else \
+        next((s for k in links if (s := inventory.links[k].speed_gbps) is not None), None)
     return {
         "switch": switch, "port": port, "tier": inventory.tiers.get(switch, "leaf"),
-        "uplinks": sorted(inventory.uplinks.get(switch, set())), "nodes": nodes,
+        "uplinks": sorted(inventory.uplinks.get(switch, set())),
+        "peer": described.peer if described is not None and not links else None, "speed_gbps": speed,
+        "nodes": nodes,
         "jobs": sorted(jobs.values(), key=lambda j: j["job_id"]),
         "gpus_behind_port": sum(j["gpus_behind_port"] for j in jobs.values()),
         "switch_jobs": sorted(switch_jobs, key=lambda j: j["job_id"]),

@@ -81,3 +81,20 @@ def test_clock_skew_through_the_broker(settings: LockstepSettings, tmp_path: Pat
     skew = [a for a in alerts if a["type"] == "clock_skew"]
     assert [(a["status"], a["root_cause"]["source"]) for a in skew] == [("firing", "gpu005")]
     assert -6.3 < skew[0]["details"]["offset_s"] < -5.7
+
+
+def test_an_uplink_fault_reaches_the_job_that_crosses_it_not_the_one_beside_it(settings: LockstepSettings,
+                                                                             tmp_path: Path) -> None:
+    """leaf01's uplink takes errors: ``wide`` (leaf01 and leaf02) is paged for it; ``local`` (leaf01 alone,
+    slowed by its data loader 3 s later) is not blamed on it. Before the switch events' ``ports`` were read
+    both alerts named leaf01 port 1 (an undescribed leaf port reached every job behind the leaf)."""
+    alerts = replay_scenario("uplink-errors", settings, tmp_path)
+    assert sorted(slowdowns(alerts)) == [("firing", "local", "dataloader", "gpu006"),
+                                         ("firing", "wide", "network", "leaf01"),
+                                         ("resolved", "local", "dataloader", "gpu006"),
+                                         ("resolved", "wide", "network", "leaf01")]
+    wide = next(a for a in alerts if a["job_id"] == "wide")
+    local = next(a for a in alerts if a["job_id"] == "local")
+    assert wide["root_cause"]["labels"] == {"port": "1"}
+    assert [(o["job_id"], o["relation"]) for o in wide["other_jobs"]] == [("local", "same_switch")]
+    assert "leaf01" not in {e["source"] for e in local["timeline"]}  # the uplink is not in local's evidence

@@ -174,8 +174,25 @@ def test_fabric_port_says_who_is_behind_it(seed_worker: LiveWorker) -> None:
     assert {j["job_id"]: j["gpus"] for j in f["switch_jobs"]} == {JOB: 256, "vision-7b": 64}
     assert {a["metric"] for a in f["anomalies"]} >= {"SymbolErrorCounter"}
     assert [a["job_id"] for a in f["alerts"]] == [JOB]
+    assert (f["peer"], f["speed_gbps"]) == (None, 200.0)  # a host's port: its link's line rate
     r = get(seed_worker.url, "/fabric/leaf03/99")
     assert r.status == 404 and "no NIC is cabled to leaf03 port 99" in r.json["error"]
+
+
+def test_fabric_port_of_a_leaf_spine_link_names_the_jobs_crossing_it(seed_worker: LiveWorker) -> None:
+    """leaf03's uplink port 1 (to spine01) and spine01's port 3 (to leaf03) are one cable: the jobs behind
+    leaf03 that span leaves cross it, with their nodes there; leaf06's uplink carries no job's traffic
+    (rec-ft sits on leaf06 alone)."""
+    want = {JOB: (32, ["gpu017", "gpu018", "gpu019", "gpu020"]),
+            "vision-7b": (32, ["gpu021", "gpu022", "gpu023", "gpu024"])}
+    for path, peer in (("/fabric/leaf03/1", "spine01"), ("/fabric/spine01/3", "leaf03")):
+        f = get(seed_worker.url, path).json
+        assert (f["peer"], f["speed_gbps"], f["nodes"]) == (peer, 400.0, []), path
+        assert {j["job_id"]: (j["gpus_behind_port"], j["nodes_behind_port"]) for j in f["jobs"]} == want, path
+        assert f["gpus_behind_port"] == 64
+    quiet = get(seed_worker.url, "/fabric/leaf06/1").json
+    assert (quiet["peer"], quiet["jobs"], quiet["gpus_behind_port"]) == ("spine01", [], 0)
+    assert [j["job_id"] for j in quiet["switch_jobs"]] == ["rec-ft"]
 
 
 def test_probes_and_metrics(seed_worker: LiveWorker) -> None:
