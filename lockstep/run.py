@@ -111,8 +111,9 @@ def demo_token(settings: LockstepSettings) -> tuple[LockstepSettings, str | None
     return settings.model_copy(update={"api_token": SecretStr(token)}), token
 
 
-def next_steps(bootstrap: str, web_url: str) -> str:
-    """What to type in a second terminal, with this run's broker address and web URL.
+def next_steps(bootstrap: str, web_url: str, scenario: str = "seed-incident") -> str:
+    """What to type in a second terminal, with this run's broker address and web URL, about the job
+    the scenario's faults hit and the component they start on.
 
     >>> print(next_steps("127.0.0.1:40123", "http://127.0.0.1:6066"), end="")
     lockstep: in another terminal (with lockstep on PATH):
@@ -120,12 +121,36 @@ def next_steps(bootstrap: str, web_url: str) -> str:
       lockstep tail alerts --from-beginning
       lockstep diagnose llm-70b --url http://127.0.0.1:6066
       lockstep annotate --job llm-70b "replaced the optics of leaf03 port 17"
+    >>> print(next_steps("127.0.0.1:40123", "http://127.0.0.1:6066", "uplink-errors").splitlines()[-2:])
+    ['  lockstep diagnose wide --url http://127.0.0.1:6066', '  lockstep annotate --job wide "replaced the optics \
+of leaf01 port 1"']
+    >>> next_steps("b", "u", "clock-skew").splitlines()[-1]
+    '  lockstep annotate --job llm-70b "replaced the optics of leaf03 port 17"'
+    >>> next_steps("b", "u", "healthy").splitlines()[-1]
+    '  lockstep annotate --job llm-70b "a note on llm-70b"'
     """
+    job, fix = _hint(SCENARIOS[scenario])
     return ("lockstep: in another terminal (with lockstep on PATH):\n"
             f"  export LOCKSTEP_KAFKA_BOOTSTRAP_SERVERS={bootstrap}\n"
             "  lockstep tail alerts --from-beginning\n"
-            f"  lockstep diagnose llm-70b --url {web_url}\n"
-            '  lockstep annotate --job llm-70b "replaced the optics of leaf03 port 17"\n')
+            f"  lockstep diagnose {job} --url {web_url}\n"
+            f'  lockstep annotate --job {job} "{fix}"\n')
+
+
+def _hint(scenario: Scenario) -> tuple[str, str]:
+    """The job to ask about (the first a fault names, else the cluster's first) and an operator's note
+    on fixing the first fault's component."""
+    # (a standing condition, such as a skewed clock, is not a fault that happens: as fault_offset)
+    faults = sorted((f for f in scenario.faults if math.isfinite(f.end)), key=lambda f: f.start)
+    job = next((f.job for f in faults if f.job), scenario.cluster.jobs[0].job_id)
+    first = faults[0] if faults else None
+    if first is not None and first.target == "switch_port":
+        return job, f"replaced the optics of {first.switch} port {first.port}"
+    if first is not None and first.target in ("nic", "loader", "cpu", "xid", "gpu_util") and first.node:
+        return job, f"drained {first.node} for a look"
+    if first is not None and first.target == "storage" and first.pool:
+        return job, f"failed {first.pool} over to its standby servers"
+    return job, f"a note on {job}"
 
 
 async def play(settings: LockstepSettings, bootstrap: str, scenario: str, speed: float, seed: int,
@@ -235,7 +260,7 @@ async def run(settings: LockstepSettings, *, scenario: str = "seed-incident", sp
                       "set LOCKSTEP_API_TOKEN to choose it)\n")
         else:
             out.write("lockstep: API token from LOCKSTEP_API_TOKEN\n")
-        out.write(next_steps(bootstrap, str(worker.web_url)))
+        out.write(next_steps(bootstrap, str(worker.web_url), scenario))
         out.write("lockstep: waiting for alerts (Ctrl-C to stop)\n")
         out.flush()
 
