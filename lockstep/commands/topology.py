@@ -200,6 +200,15 @@ def _k8s(args: argparse.Namespace, index: object, out: TextIO, err: TextIO) -> i
     return 0
 
 
+def _rate(gbps: float | None, sep: str = " at ") -> str:
+    """``sep`` and the line rate, or nothing when unknown.
+
+    >>> _rate(200.0), _rate(None), _rate(53.125, ", ")
+    (' at 200 Gb/s', '', ', 53.125 Gb/s')
+    """
+    return "" if gbps is None else f"{sep}{gbps:g} Gb/s"
+
+
 def _report(index: object, expected: set[str], rejected: int, out: TextIO) -> None:
     from streams.inventory import InventoryIndex
 
@@ -221,16 +230,24 @@ def _report(index: object, expected: set[str], rejected: int, out: TextIO) -> No
                     line += f" ({', '.join(hosts[:8])}{', ...' if len(hosts) > 8 else ''})"
             line += f"  uplinks: {', '.join(ups) if ups else 'none'}"
             print(line, file=out)
+            ports = sorted(((p, d) for (sw, p), d in index.switch_ports.items() if sw == switch),
+                           key=lambda pd: (len(pd[0]), pd[0]))
+            if ports:
+                print("         ports: " + ", ".join(f"{p} -> {d.peer or '?'}{_rate(d.speed_gbps)}" for p, d in ports),
+                      file=out)
     print("links:", file=out)
     for link in sorted(index.links.values(), key=lambda lk: (lk.node, lk.device, lk.port)):
         print(f"  {link.node} {link.device} port {link.port} -> {link.switch} port {link.switch_port} "
-              f"({link.fabric})", file=out)
+              f"({link.fabric}{_rate(link.speed_gbps, ', ')})", file=out)
     missing_nodes = sorted(expected - cabled)
     lonely_leaves = [s for s in by_tier["leaf"] if not index.uplinks.get(s)]
     unhealthy = sorted((st for st in index.node_states.values() if not st.healthy), key=lambda st: st.node)
     print("missing:", file=out)
     print(f"  nodes with no link: {', '.join(missing_nodes) if missing_nodes else 'none'}", file=out)
     print(f"  leaves with no known uplink: {', '.join(lonely_leaves) if lonely_leaves else 'none'}", file=out)
+    unrated = sum(1 for link in index.links.values() if link.speed_gbps is None)
+    print(f"  links with no line rate (the fabric report's bandwidth question needs it): {unrated or 'none'}",
+          file=out)
     if unhealthy:
         print("node states:", file=out)
         for st in unhealthy:
