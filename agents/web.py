@@ -18,8 +18,9 @@ Access (docs/api.md "Access"):
 Reads cannot starve the agents, which share this event loop (docs/api.md "Reads cannot starve
 ingest"): the routes in :data:`HEAVY` are admitted ``web_max_heavy_requests`` at once (one more is a
 429 with ``Retry-After``) and computed one at a time, taking at most :data:`READ_SHARE` of the loop;
-``/healthz`` and ``/readyz`` never wait for them; ``/metrics`` is made at most once a second; every
-error answer, even one aiohttp gives before routing (:class:`JsonErrorHandler`), is JSON.
+``/healthz`` and ``/readyz`` never wait for them; ``/metrics`` is made at most once a second
+(``web_metrics_cache_s``); every error answer, even one aiohttp gives before routing
+(:class:`JsonErrorHandler`), is JSON.
 
 A browser navigating to ``/jobs/{id}``, ``/jobs/{id}/timeline`` or ``/alerts/{id}`` (``Accept:
 text/html``) gets the page, which opens that job or alert: the links alerts carry work both ways.
@@ -94,9 +95,6 @@ HEAVY = frozenset({"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/timeline", "/jobs/
 #: tests/faults/test_read_load.py at 20,000 samples/s produced: ingest under read load kept 290/s
 #: with no pause between views, 8,600-9,600/s at 1/2, 7,100/s at 1/4 (the 429s cost loop time too).
 READ_SHARE = 0.5
-#: Seconds ``/metrics`` serves the same exposition (the agents' lag probe asks the consumer per
-#: partition; Prometheus scrapes every 15 s or so, a dashboard may ask far more often).
-METRICS_CACHE_S = 1.0
 #: Jobs whose inventory topology (:func:`streams.views.job_topology`) is kept, per inventory version.
 TOPOLOGY_CACHE = 8
 #: A query integer: plain ASCII digits; a query time in seconds: ASCII digits with an optional fraction.
@@ -621,16 +619,18 @@ class WebServer:
                     self.rm_metrics.lag.labels("agents", tp.topic, str(tp.partition)).set(max(0, high - pos))
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        """The exposition, made at most once per :data:`METRICS_CACHE_S` (while one is being made,
-        the previous one is served)."""
+        """The exposition, made at most once per ``web_metrics_cache_s`` (the agents' lag probe asks the
+        consumer per partition; Prometheus scrapes every 15 s or so, a dashboard may ask far more often;
+        while one is being made, the previous one is served)."""
         if self._exposing is None:
             self._exposing = asyncio.Lock()
         cached = self._exposition
-        fresh = cached is not None and time.monotonic() - cached[0] < METRICS_CACHE_S
+        cache_s = self.settings.web_metrics_cache_s
+        fresh = cached is not None and time.monotonic() - cached[0] < cache_s
         if not fresh and not (self._exposing.locked() and cached is not None):
             async with self._exposing:
                 cached = self._exposition
-                if cached is None or time.monotonic() - cached[0] >= METRICS_CACHE_S:
+                if cached is None or time.monotonic() - cached[0] >= cache_s:
                     await self._agents_lag()
                     cached = self._exposition = (time.monotonic(), generate_latest(self.worker.metrics.registry))
         assert cached is not None

@@ -197,6 +197,10 @@ class Bench:
                     # to see the workers' restores, catch-ups and stalls in <log_dir>/<tag>.log
                     "LOCKSTEP_LOG_LEVEL": os.environ.get("LOCKSTEP_BENCH_WORKER_LOG_LEVEL", "warn"),
                     "LOCKSTEP_WEB_PORT": "0",
+                    # /metrics made per request: the live maximum times a worker's drain by its counters
+                    # (lockstep_samples_in_total), and with the default cache of 1 s a drain within the 1 s
+                    # allowed was seen up to 1 s late: one step in two "fell behind" at a third of a core
+                    "LOCKSTEP_WEB_METRICS_CACHE_S": "0",
                     # the baselines' group timeouts (benchmarks.consumers): the embedded broker answers a
                     # new member's join after about half the rebalance timeout, 30 s by default here
                     "LOCKSTEP_KAFKA_SESSION_TIMEOUT_S": "10",

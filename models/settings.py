@@ -267,6 +267,11 @@ class LockstepSettings(BaseSettings):
                     "lists) admitted at once: computed one at a time between the agents' steps, the others "
                     "waiting their turn; one more is answered 429 with Retry-After")
     web_retry_after_s: int = Field(default=1, ge=1, le=600, description="Retry-After of a 429 (seconds)")
+    web_metrics_cache_s: float = Field(
+        default=1.0, ge=0, le=60,
+        description="Seconds /metrics serves the same exposition (made with the agents' lag probe, which asks the "
+                    "consumer per partition): a scraper asking more often reads counters up to this old; 0 makes "
+                    "one per request (a benchmark that times progress by the counters)")
     carrier_formats: str = Field(
         default="all", max_length=2000, pattern=r"^[A-Za-z0-9_, -]*$",
         description="The real formats read from carrier topics: all, none, or a comma-separated list of format "

@@ -180,6 +180,19 @@ def test_metrics_are_made_at_most_once_a_second() -> None:
     live(check)
 
 
+def test_a_metrics_cache_of_zero_makes_the_exposition_per_request() -> None:
+    """``LOCKSTEP_WEB_METRICS_CACHE_S=0`` (what the bench's workers run with: it times a drain by these
+    counters, and a cached exposition made it see a drain up to a second late)."""
+    async def check(server: WebServer, url: str, s: ClientSession) -> None:
+        async with s.get(url + "/metrics") as r:
+            assert 'lockstep_samples_in_total{layer="gpu",topic="t"}' not in await r.text()
+        server.worker.metrics.samples_in.labels("t", "gpu").inc(5)
+        async with s.get(url + "/metrics") as r:
+            assert 'lockstep_samples_in_total{layer="gpu",topic="t"} 5.0' in await r.text()
+
+    live(check, StubWorker(web_metrics_cache_s=0))
+
+
 # -- query numbers and errors -------------------------------------------------------------------
 def test_query_numbers_are_ascii_digits_only() -> None:
     async def check(server: WebServer, url: str, s: ClientSession) -> None:
