@@ -43,7 +43,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from streams.formats.base import Context, timed_text
-from streams.formats.ibnetdiscover import LANE_GBPS, host_and_device, switch_label, switch_port_list
+from streams.formats.ibnetdiscover import (
+    LANE_GBPS,
+    host_and_device,
+    switch_label,
+    switch_names,
+    tiered_switch_events,
+)
 
 SKIP_DOWN = "port with no peer (Down)"
 SKIP_HOST_TO_HOST = "host port cabled to another host (no switch)"
@@ -126,7 +132,7 @@ def convert(raw: bytes, ctx: Context) -> None:
 
 def _emit(ports: list[_Port], switch_desc: dict[str, str], ts: float, ctx: Context) -> None:
     switch_lid = {p.lid: p.node for p in ports if p.kind == "SW"}  # LID -> switch GUID
-    names = _switch_names(switch_desc)
+    names = switch_names(switch_desc)
     # (host description, CA port) -> (line, switch GUID or label, switch port, line rate)
     host_ports: dict[tuple[str, str], tuple[int, str, str, float | None]] = {}
     switch_peers: dict[str, set[str]] = defaultdict(set)
@@ -162,16 +168,7 @@ def _emit(ports: list[_Port], switch_desc: dict[str, str], ts: float, ctx: Conte
         if speed is not None:
             link["speed_gbps"] = speed
         ctx.event(record, link)
-    spines = {p for leaf in leaves for p in switch_peers.get(leaf, ()) if p not in leaves}
-    cores = {p for spine in spines for p in switch_peers.get(spine, ()) if p not in leaves and p not in spines}
-    for tier, members, ups in (("leaf", leaves, spines), ("spine", spines, cores), ("core", cores, set())):
-        for sw in sorted(members, key=lambda g: names.get(g, g)):
-            uplinks = sorted(names.get(p, p) for p in switch_peers.get(sw, ()) if p in ups)
-            name = names.get(sw, sw)
-            event: dict[str, object] = {"kind": "switch", "ts": ts, "switch": name, "tier": tier, "uplinks": uplinks}
-            if switch_ports.get(sw):
-                event["ports"] = switch_port_list(switch_ports[sw], names)
-            ctx.event(f"switch {name}", event)
+    tiered_switch_events(ctx, ts, leaves, switch_peers, switch_ports, names)
 
 
 def _unlisted(desc: str, names: dict[str, str]) -> str:
@@ -179,12 +176,3 @@ def _unlisted(desc: str, names: dict[str, str]) -> str:
     label = switch_label(desc) or desc
     names.setdefault(label, label)
     return label
-
-
-def _switch_names(descs: dict[str, str]) -> dict[str, str]:
-    """GUID -> switch name; a description shared by several switches is qualified by GUID."""
-    labels = {guid: switch_label(desc) or guid for guid, desc in descs.items()}
-    count: dict[str, int] = defaultdict(int)
-    for label in labels.values():
-        count[label] += 1
-    return {guid: (label if count[label] == 1 else f"{label}/{guid}") for guid, label in labels.items()}

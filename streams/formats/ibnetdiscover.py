@@ -120,7 +120,7 @@ def convert(raw: bytes, ctx: Context) -> None:
                 host_ports.setdefault((a_guid, a_port), (record, a_desc, b_guid, b_port, speed))
             else:
                 host_ports.setdefault((b_guid, b_port), (record, b_desc, a_guid, a_port, speed))
-    names = _switch_names(switch_desc)
+    names = switch_names(switch_desc)
     leaves = {sw for (_, _, sw, _, _) in host_ports.values()}
     for (_, ca_port), (record, desc, sw, sw_port, speed) in sorted(host_ports.items(), key=lambda kv: kv[1][0]):
         node, device = host_and_device(desc)
@@ -132,15 +132,24 @@ def convert(raw: bytes, ctx: Context) -> None:
         if speed is not None:
             link["speed_gbps"] = speed
         ctx.event(record, link)
+    tiered_switch_events(ctx, ts, leaves, switch_peers, switch_ports, names)
+
+
+def tiered_switch_events(ctx: Context, ts: float, leaves: set[str], switch_peers: dict[str, set[str]],
+                         switch_ports: dict[str, dict[str, tuple[str, float | None]]], names: dict[str, str]) -> None:
+    """One ``switch`` event per switch the cabling tiers (shared with :mod:`streams.formats.iblinkinfo`):
+    ``leaves`` (switches with hosts), their other switch neighbours as spines, theirs as cores; each
+    with its uplinks and its switch-to-switch ``ports``. Switches are GUIDs (or labels), named by ``names``."""
     spines = {p for leaf in leaves for p in switch_peers.get(leaf, ()) if p not in leaves}
     cores = {p for spine in spines for p in switch_peers.get(spine, ()) if p not in leaves and p not in spines}
     for tier, members, ups in (("leaf", leaves, spines), ("spine", spines, cores), ("core", cores, set())):
-        for sw in sorted(members, key=lambda g: names[g]):
-            uplinks = sorted(names[p] for p in switch_peers.get(sw, ()) if p in ups)
-            event: dict[str, Any] = {"kind": "switch", "ts": ts, "switch": names[sw], "tier": tier, "uplinks": uplinks}
+        for sw in sorted(members, key=lambda g: names.get(g, g)):
+            name = names.get(sw, sw)
+            uplinks = sorted(names.get(p, p) for p in switch_peers.get(sw, ()) if p in ups)
+            event: dict[str, Any] = {"kind": "switch", "ts": ts, "switch": name, "tier": tier, "uplinks": uplinks}
             if switch_ports.get(sw):
                 event["ports"] = switch_port_list(switch_ports[sw], names)
-            ctx.event(f"switch {names[sw]}", event)
+            ctx.event(f"switch {name}", event)
 
 
 def switch_port_list(ports: dict[str, tuple[str, float | None]], names: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -155,7 +164,7 @@ def switch_port_list(ports: dict[str, tuple[str, float | None]], names: dict[str
     return out
 
 
-def _switch_names(descs: dict[str, str]) -> dict[str, str]:
+def switch_names(descs: dict[str, str]) -> dict[str, str]:
     """GUID -> switch name; a description shared by several switches is qualified by GUID."""
     labels = {guid: switch_label(desc) or guid for guid, desc in descs.items()}
     count: dict[str, int] = defaultdict(int)
