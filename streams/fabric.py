@@ -395,7 +395,7 @@ def _place(key: EntityKey, inv: InventoryIndex, switch_fabric: dict[str, str]) -
     if behind:
         link = inv.links[behind[0]]
         return _Place(link.fabric, tier, name, link.speed_gbps, sorted({b[0] for b in behind}), "downlink")
-    described = inv.switch_ports.get((source, port))
+    described = inv.switch_port(source, port)
     return _Place(switch_fabric.get(source, "unknown"), tier, name, described.speed_gbps if described else None,
                   inv.nodes_behind_link(source, port), "uplink")
 

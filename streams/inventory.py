@@ -107,8 +107,8 @@ class InventoryIndex:
     by_switch: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     uplinks: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     tiers: dict[str, str] = field(default_factory=dict)
-    #: (switch, port) -> a port cabled to another switch: its peer and line rate (a switch event's ``ports``)
-    switch_ports: dict[tuple[str, str], SwitchPort] = field(default_factory=dict)
+    #: switch -> port -> a port cabled to another switch: its peer and line rate (the switch event's ``ports``)
+    switch_ports: dict[str, dict[str, SwitchPort]] = field(default_factory=dict)
     pool_switches: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     node_jobs: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     node_leaves: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -137,10 +137,7 @@ class InventoryIndex:
         elif isinstance(event, SwitchEvent):
             self.tiers[event.switch] = event.tier
             self.uplinks[event.switch] = set(event.uplinks)
-            for sp in [k for k in self.switch_ports if k[0] == event.switch]:
-                del self.switch_ports[sp]  # the event is the switch's whole description
-            for port, described in event.ports.items():
-                self.switch_ports[(event.switch, port)] = described
+            self.switch_ports[event.switch] = dict(event.ports)  # the event is the switch's whole description
             for up in event.uplinks:
                 self.tiers.setdefault(up, "spine" if event.tier == "leaf" else "core")
         elif isinstance(event, PoolEvent):
@@ -223,11 +220,15 @@ class InventoryIndex:
             nodes |= set(self.nodes_behind_switch(leaf))
         return sorted(nodes)
 
+    def switch_port(self, switch: str, port: str) -> SwitchPort | None:
+        """``switch``'s ``port`` as its switch event describes it (a port cabled to another switch), or None."""
+        return self.switch_ports.get(switch, {}).get(port)
+
     def leaf_below(self, switch: str, port: str) -> str | None:
         """The leaf at the lower end of the switch-to-switch link on ``switch``'s ``port``: ``switch``
         itself for a leaf's uplink, the peer for a spine's port to a leaf; None when the inventory
         names no peer for the port, or neither end is a leaf (a spine-core link)."""
-        described = self.switch_ports.get((switch, port))
+        described = self.switch_port(switch, port)
         if described is None or described.peer is None:
             return None
         for end in (switch, described.peer):

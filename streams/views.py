@@ -923,7 +923,7 @@ def fabric_port(store: ReadStore, inventory: InventoryIndex, switch: str, port: 
     leaf below it), each with its nodes there.
     """
     links = sorted(inventory.by_switch_port.get((switch, port), ()))
-    described = inventory.switch_ports.get((switch, port))
+    described = None if links else inventory.switch_port(switch, port)  # (a host's port is its link's)
     if not links and described is None:
         return None
     nodes = []
@@ -974,12 +974,12 @@ def fabric_port(store: ReadStore, inventory: InventoryIndex, switch: str, port: 
     alerts = [alert_summary_min(e) for e in store.alerts.values()
               if (e.latest.get("root_cause") or {}).get("source") == switch
               and ((e.latest.get("root_cause") or {}).get("labels") or {}).get("port") == port]
-    speed = described.speed_gbps if described is not None and not links else \
+    speed = described.speed_gbps if described is not None else \
         next((s for k in links if (s := inventory.links[k].speed_gbps) is not None), None)
     return {
         "switch": switch, "port": port, "tier": inventory.tiers.get(switch, "leaf"),
         "uplinks": sorted(inventory.uplinks.get(switch, set())),
-        "peer": described.peer if described is not None and not links else None, "speed_gbps": speed,
+        "peer": described.peer if described is not None else None, "speed_gbps": speed,
         "nodes": nodes,
         "jobs": sorted(jobs.values(), key=lambda j: j["job_id"]),
         "gpus_behind_port": sum(j["gpus_behind_port"] for j in jobs.values()),

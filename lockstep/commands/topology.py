@@ -230,8 +230,7 @@ def _report(index: object, expected: set[str], rejected: int, out: TextIO) -> No
                     line += f" ({', '.join(hosts[:8])}{', ...' if len(hosts) > 8 else ''})"
             line += f"  uplinks: {', '.join(ups) if ups else 'none'}"
             print(line, file=out)
-            ports = sorted(((p, d) for (sw, p), d in index.switch_ports.items() if sw == switch),
-                           key=lambda pd: (len(pd[0]), pd[0]))
+            ports = sorted(index.switch_ports.get(switch, {}).items(), key=lambda pd: (len(pd[0]), pd[0]))
             if ports:
                 print("         ports: " + ", ".join(f"{p} -> {d.peer or '?'}{_rate(d.speed_gbps)}" for p, d in ports),
                       file=out)

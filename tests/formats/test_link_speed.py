@@ -49,7 +49,7 @@ def test_the_real_ports_report_gives_each_switch_to_switch_port_its_peer_and_lin
     index = InventoryIndex()
     for e in out.inventory:
         index.apply(inventory_adapter.validate_python(e))
-    assert {k: (p.peer, p.speed_gbps) for k, p in index.switch_ports.items()} == {
+    assert {(sw, k): (p.peer, p.speed_gbps) for sw, ports in index.switch_ports.items() for k, p in ports.items()} == {
         ("ib-i1l1s01", "1"): ("ib-i1l2s01", 100.0), ("ib-i1l2s01", "1"): ("ib-i1l1s01", 100.0)}
     # both ends of the cable serve the leaf below it, and the hosts behind that leaf
     assert index.leaf_below("ib-i1l2s01", "1") == index.leaf_below("ib-i1l1s01", "1") == "ib-i1l1s01"
@@ -62,7 +62,8 @@ def test_a_switch_event_replaces_its_ports_and_refuses_bad_ones():
     index.apply(SwitchEvent.model_validate({**sw, "ports": {"1": {"peer": "spine01", "speed_gbps": 400},
                                                             "2": {"speed_gbps": 400}}}))
     index.apply(SwitchEvent.model_validate({**sw, "ports": {2: {"peer": "spine02"}}}))  # an integer port is a name
-    assert {k: (p.peer, p.speed_gbps) for k, p in index.switch_ports.items()} == {("leaf01", "2"): ("spine02", None)}
+    assert {(sw, k): (p.peer, p.speed_gbps) for sw, ports in index.switch_ports.items() for k, p in ports.items()} == {
+        ("leaf01", "2"): ("spine02", None)}
     assert SwitchEvent.model_validate(sw).ports == {}
     for bad in ({"1": {"speed_gbps": 0}}, {"1": {"speed_gbps": -5}}, {"1": {"speed_gbps": "fast"}}, {"": {}},
                 {"1": {"peer": ""}}, {"1": 400}, ["1", 100]):
